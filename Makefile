@@ -1,0 +1,46 @@
+# shimd: a Kubernetes CRI runtime on containerd, runc and CNI.
+GO      ?= go
+PREFIX  ?= /usr/local
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+BIN     := bin/shimd
+
+.PHONY: all build test integration integration-1.6 bench install run tools pause clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/shimd
+
+# Unit tests: pure logic, no root, no containerd.
+test:
+	$(GO) test ./...
+
+# Integration tests: root; real containerd 2.4.2 + runc 1.5.2 + CNI plugins, started on
+# private sockets and directories by critest/harness. `make tools` installs them.
+integration: tools
+	$(GO) test -tags integration -count=1 -p 1 -timeout 30m ./...
+
+# The same against Debian's containerd 1.6 and runc 1.1.
+integration-1.6:
+	SHIMD_CONTAINERD=1.6 $(GO) test -tags integration -count=1 -p 1 -timeout 20m -run 'TestSmoke' ./critest/...
+
+# Pod lifecycle through shimd and through containerd's own CRI plugin, same machine.
+bench: tools
+	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./critest/bench/
+
+tools:
+	bash hack/tools.sh all
+
+pause:
+	$(MAKE) -C sandbox/pause
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/shimd
+
+# Set up this machine (Debian 12) and run shimd in the foreground-less way README shows.
+run: build
+	bash hack/run.sh
+
+clean:
+	rm -rf bin

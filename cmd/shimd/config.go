@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/containerd/log"
+)
+
+// Config is shimd's configuration file (TOML). Every key is documented in README.md;
+// `shimd config default` prints the defaults. Unknown keys are rejected.
+type Config struct {
+	// Socket is the CRI gRPC unix socket (mode 0660).
+	Socket string `toml:"socket"`
+	// RootDir holds durable per-pod files (hosts, resolv.conf, hostname).
+	RootDir string `toml:"root_dir"`
+	// StateDir holds runtime state: network namespaces, /dev/shm mounts.
+	StateDir string `toml:"state_dir"`
+	// LogLevel is one of trace, debug, info, warn, error.
+	LogLevel string `toml:"log_level"`
+	// CgroupDriver is reported to the kubelet: cgroupfs or systemd.
+	CgroupDriver string `toml:"cgroup_driver"`
+	// DefaultRuntime names the entry of Runtimes used for an empty runtime handler.
+	DefaultRuntime string `toml:"default_runtime"`
+
+	Containerd ContainerdConfig         `toml:"containerd"`
+	CNI        CNIConfig                `toml:"cni"`
+	Sandbox    SandboxConfig            `toml:"sandbox"`
+	Runtimes   map[string]RuntimeConfig `toml:"runtimes"`
+	Streaming  StreamingConfig          `toml:"streaming"`
+	Registry   RegistryConfig           `toml:"registry"`
+}
+
+// ContainerdConfig says where containerd is and which namespace is ours.
+type ContainerdConfig struct {
+	Address     string `toml:"address"`
+	Namespace   string `toml:"namespace"`
+	Snapshotter string `toml:"snapshotter"`
+}
+
+// CNIConfig locates CNI network configs and plugins.
+type CNIConfig struct {
+	ConfDir  string   `toml:"conf_dir"`
+	BinDirs  []string `toml:"bin_dirs"`
+	CacheDir string   `toml:"cache_dir"`
+}
+
+// SandboxConfig configures pod sandboxes.
+type SandboxConfig struct {
+	// Image is the pause image; empty means the built-in one.
+	Image string `toml:"image"`
+}
+
+// RuntimeConfig is one runtime handler.
+type RuntimeConfig struct {
+	// Type is the containerd runtime (shim) name.
+	Type string `toml:"type"`
+	// BinaryName is the OCI runtime binary the runc shim runs (empty: runc on PATH).
+	BinaryName string `toml:"binary_name"`
+	// Root is the OCI runtime's state root (empty: the shim's default).
+	Root string `toml:"root"`
+	// SystemdCgroup makes runc use the systemd cgroup driver.
+	SystemdCgroup bool `toml:"systemd_cgroup"`
+	// Snapshotter overrides containerd.snapshotter for this handler.
+	Snapshotter string `toml:"snapshotter"`
+}
+
+// StreamingConfig configures the Exec/Attach/PortForward server.
+type StreamingConfig struct {
+	Address string `toml:"address"`
+	Port    int    `toml:"port"`
+}
+
+// RegistryConfig configures image pulls.
+type RegistryConfig struct {
+	// ConfigPath is a directory of hosts.toml files in containerd's format.
+	ConfigPath string `toml:"config_path"`
+}
+
+// DefaultConfig returns the configuration used when no file is given.
+func DefaultConfig() Config {
+	return Config{
+		Socket:         "/run/shimd/shimd.sock",
+		RootDir:        "/var/lib/shimd",
+		StateDir:       "/run/shimd",
+		LogLevel:       "info",
+		CgroupDriver:   "cgroupfs",
+		DefaultRuntime: "runc",
+		Containerd: ContainerdConfig{
+			Address:     "/run/containerd/containerd.sock",
+			Namespace:   "shimd",
+			Snapshotter: "overlayfs",
+		},
+		CNI: CNIConfig{
+			ConfDir:  "/etc/cni/net.d",
+			BinDirs:  []string{"/opt/cni/bin", "/usr/lib/cni"},
+			CacheDir: "/var/lib/shimd/cni",
+		},
+		Runtimes: map[string]RuntimeConfig{
+			"runc": {Type: "io.containerd.runc.v2"},
+		},
+		Streaming: StreamingConfig{Address: "127.0.0.1"},
+	}
+}
+
+// LoadConfig reads path over the defaults. A missing file yields the defaults only when
+// mustExist is false (the default path); a named file must exist.
+func LoadConfig(path string, mustExist bool) (Config, error) {
+	cfg := DefaultConfig()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && !mustExist {
+		return cfg, cfg.Validate()
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	return parseConfig(cfg, data, path)
+}
+
+func parseConfig(cfg Config, data []byte, path string) (Config, error) {
+	// Runtimes given in the file replace nothing: "runc" stays unless redefined.
+	md, err := toml.Decode(string(data), &cfg)
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, 0, len(und))
+		for _, k := range und {
+			keys = append(keys, k.String())
+		}
+		sort.Strings(keys)
+		return cfg, fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", "))
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate rejects values shimd cannot work with, naming the key.
+func (c *Config) Validate() error {
+	abs := map[string]string{
+		"socket": c.Socket, "root_dir": c.RootDir, "state_dir": c.StateDir,
+		"containerd.address": c.Containerd.Address, "cni.conf_dir": c.CNI.ConfDir,
+		"cni.cache_dir": c.CNI.CacheDir,
+	}
+	for _, k := range sortedKeys(abs) {
+		if v := abs[k]; v == "" || !filepath.IsAbs(v) {
+			return fmt.Errorf("config key %s: must be an absolute path, got %q", k, v)
+		}
+	}
+	for i, d := range c.CNI.BinDirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("config key cni.bin_dirs[%d]: must be an absolute path, got %q", i, d)
+		}
+	}
+	if c.Registry.ConfigPath != "" && !filepath.IsAbs(c.Registry.ConfigPath) {
+		return fmt.Errorf("config key registry.config_path: must be an absolute path, got %q", c.Registry.ConfigPath)
+	}
+	if _, err := log.ParseLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("config key log_level: %q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	if c.CgroupDriver != "cgroupfs" && c.CgroupDriver != "systemd" {
+		return fmt.Errorf("config key cgroup_driver: %q is not cgroupfs or systemd", c.CgroupDriver)
+	}
+	if c.Containerd.Namespace == "" || c.Containerd.Namespace == "k8s.io" {
+		return fmt.Errorf("config key containerd.namespace: %q is not allowed (must be set, and not k8s.io, which containerd's own CRI plugin uses)", c.Containerd.Namespace)
+	}
+	if c.Containerd.Snapshotter == "" {
+		return errors.New("config key containerd.snapshotter: must not be empty")
+	}
+	for name, rt := range c.Runtimes {
+		if rt.Type == "" {
+			return fmt.Errorf("config key runtimes.%s.type: must not be empty", name)
+		}
+		if rt.BinaryName != "" && !filepath.IsAbs(rt.BinaryName) && strings.Contains(rt.BinaryName, "/") {
+			return fmt.Errorf("config key runtimes.%s.binary_name: must be absolute or a bare name, got %q", name, rt.BinaryName)
+		}
+	}
+	if _, ok := c.Runtimes[c.DefaultRuntime]; !ok {
+		return fmt.Errorf("config key default_runtime: %q is not defined under [runtimes]", c.DefaultRuntime)
+	}
+	if c.Streaming.Port < 0 || c.Streaming.Port > 65535 {
+		return fmt.Errorf("config key streaming.port: %d is out of range 0-65535", c.Streaming.Port)
+	}
+	return nil
+}
+
+// Encode renders the configuration as TOML.
+func (c Config) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	err := toml.NewEncoder(&buf).Encode(c)
+	return buf.Bytes(), err
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoadConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "empty file gives defaults", file: "", check: func(t *testing.T, c Config) {
+			require.Equal(t, DefaultConfig(), c)
+		}},
+		{name: "overrides", file: "socket = \"/tmp/x.sock\"\n[containerd]\nnamespace = \"other\"\n[runtimes.kata]\ntype = \"io.containerd.kata.v2\"\n",
+			check: func(t *testing.T, c Config) {
+				require.Equal(t, "/tmp/x.sock", c.Socket)
+				require.Equal(t, "other", c.Containerd.Namespace)
+				require.Equal(t, "/run/containerd/containerd.sock", c.Containerd.Address)
+				require.Contains(t, c.Runtimes, "runc", "the default handler stays when others are added")
+				require.Equal(t, "io.containerd.kata.v2", c.Runtimes["kata"].Type)
+			}},
+		{name: "unknown top-level key", file: "sockett = \"/x\"\n", wantErr: "unknown key sockett"},
+		{name: "unknown nested key", file: "[cni]\nconfdir = \"/x\"\n", wantErr: "unknown key cni.confdir"},
+		{name: "relative path", file: "root_dir = \"var/lib\"\n", wantErr: "config key root_dir"},
+		{name: "bad log level", file: "log_level = \"loud\"\n", wantErr: "config key log_level"},
+		{name: "bad cgroup driver", file: "cgroup_driver = \"cgroupv3\"\n", wantErr: "config key cgroup_driver"},
+		{name: "k8s.io namespace", file: "[containerd]\nnamespace = \"k8s.io\"\n", wantErr: "config key containerd.namespace"},
+		{name: "undefined default runtime", file: "default_runtime = \"kata\"\n", wantErr: "config key default_runtime"},
+		{name: "runtime without type", file: "[runtimes.kata]\nbinary_name = \"kata\"\n", wantErr: "config key runtimes.kata.type"},
+		{name: "port out of range", file: "[streaming]\nport = 70000\n", wantErr: "config key streaming.port"},
+		{name: "type mismatch", file: "[streaming]\nport = \"x\"\n", wantErr: "port"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.toml")
+			require.NoError(t, os.WriteFile(path, []byte(tt.file), 0o600))
+			c, err := LoadConfig(path, true)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none.toml")
+	c, err := LoadConfig(missing, false)
+	require.NoError(t, err, "a missing default file means defaults")
+	require.Equal(t, DefaultConfig(), c)
+	_, err = LoadConfig(missing, true)
+	require.Error(t, err, "a named file must exist")
+}
+
+func TestDefaultConfigRoundTrips(t *testing.T) {
+	out, err := DefaultConfig().Encode()
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(out), `socket = "/run/shimd/shimd.sock"`), string(out))
+	c, err := parseConfig(Config{}, out, "default")
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), c)
+}
+
+func TestConfigFromFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.toml")
+	require.NoError(t, os.WriteFile(path, []byte("log_level = \"warn\"\n"), 0o600))
+	c, err := configFromFlags([]string{"--config", path, "--socket", "/tmp/s.sock", "--log-level", "debug"})
+	require.NoError(t, err)
+	require.Equal(t, "/tmp/s.sock", c.Socket)
+	require.Equal(t, "debug", c.LogLevel)
+	_, err = configFromFlags([]string{"--config", path, "--socket", "rel.sock"})
+	require.ErrorContains(t, err, "config key socket")
+}

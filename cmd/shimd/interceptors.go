@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// readOnlyRPCs are logged at debug; every other RPC mutates and is logged at info.
+var readOnlyRPCs = map[string]bool{
+	"Version": true, "Status": true, "RuntimeConfig": true, "ListPodSandbox": true,
+	"PodSandboxStatus": true, "ListContainers": true, "ContainerStatus": true,
+	"ListImages": true, "ImageStatus": true, "ImageFsInfo": true, "ContainerStats": true,
+	"ListContainerStats": true, "PodSandboxStats": true, "ListPodSandboxStats": true,
+	"ListMetricDescriptors": true, "ListPodSandboxMetrics": true, "GetContainerEvents": true,
+}
+
+// unaryInterceptor gives each call a request id and a logger, refuses calls until
+// recovery is done, turns panics into Internal, and maps errdefs classes to gRPC codes
+// in this one place.
+func unaryInterceptor(ready *atomic.Bool) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		rpc := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		entry := log.G(ctx).WithField("rpc", rpc).WithField("req", requestID())
+		ctx = log.WithLogger(ctx, entry)
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				entry.WithField("panic", p).Error(string(debug.Stack()))
+				err = status.Errorf(codes.Internal, "%s: internal error: %v", rpc, p)
+			}
+			err = toGRPC(ctx, err)
+			e := entry.WithField("duration", time.Since(start).String())
+			switch {
+			case err != nil:
+				e.WithError(err).Warn("failed")
+			case readOnlyRPCs[rpc]:
+				e.Debug("done")
+			default:
+				e.Info("done")
+			}
+		}()
+		if !ready.Load() && rpc != "Version" {
+			return nil, status.Error(codes.Unavailable, "shimd is recovering its state; try again shortly")
+		}
+		return handler(ctx, req)
+	}
+}
+
+// streamInterceptor does the same for streaming RPCs (GetContainerEvents).
+func streamInterceptor(ready *atomic.Bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = status.Errorf(codes.Internal, "internal error: %v", p)
+			}
+		}()
+		if !ready.Load() {
+			return status.Error(codes.Unavailable, "shimd is recovering its state; try again shortly")
+		}
+		return toGRPC(ss.Context(), handler(srv, ss))
+	}
+}
+
+// toGRPC maps an error to a gRPC status: errors that already carry a status keep it,
+// context errors become DeadlineExceeded/Canceled, errdefs classes their codes.
+func toGRPC(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		if ctx.Err() != nil {
+			return status.Error(codes.Canceled, err.Error())
+		}
+	case errdefs.IsUnavailable(err):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	// errgrpc keeps the message and picks the code from the errdefs class.
+	return errgrpc.ToGRPC(err)
+}
+
+func requestID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

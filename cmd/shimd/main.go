@@ -1,0 +1,187 @@
+// Command shimd is a Kubernetes CRI runtime server on containerd, runc and CNI.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/log"
+
+	"github.com/shimd/shimd/network"
+	"github.com/shimd/shimd/runtime"
+	"github.com/shimd/shimd/sandbox"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	if len(os.Args) >= 3 && os.Args[1] == "config" && os.Args[2] == "default" {
+		cfg := DefaultConfig()
+		out, err := cfg.Encode()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(out)
+		return
+	}
+	cfg, err := configFromFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shimd:", err)
+		os.Exit(2)
+	}
+	if cfg == nil {
+		return // --version
+	}
+	if err := run(*cfg); err != nil {
+		log.L.WithError(err).Error("shimd exited")
+		os.Exit(1)
+	}
+}
+
+// configFromFlags loads the config file and applies flag overrides.
+func configFromFlags(args []string) (*Config, error) {
+	fs := flag.NewFlagSet("shimd", flag.ContinueOnError)
+	path := fs.String("config", "/etc/shimd/config.toml", "config file (TOML); missing default file = all defaults")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	socket := fs.String("socket", "", "CRI socket path (overrides socket)")
+	address := fs.String("containerd-address", "", "containerd socket (overrides containerd.address)")
+	level := fs.String("log-level", "", "log level (overrides log_level)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *showVersion {
+		fmt.Printf("shimd %s\n", version)
+		return nil, nil
+	}
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
+	cfg, err := LoadConfig(*path, explicit)
+	if err != nil {
+		return nil, err
+	}
+	if *socket != "" {
+		cfg.Socket = *socket
+	}
+	if *address != "" {
+		cfg.Containerd.Address = *address
+	}
+	if *level != "" {
+		cfg.LogLevel = *level
+	}
+	return &cfg, cfg.Validate()
+}
+
+func run(cfg Config) error {
+	if err := log.SetLevel(cfg.LogLevel); err != nil {
+		return err
+	}
+	if err := log.SetFormat(log.TextFormat); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx = namespaces.WithNamespace(ctx, cfg.Containerd.Namespace)
+
+	for _, d := range []string{cfg.RootDir, cfg.StateDir, cfg.CNI.CacheDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	cl, err := client.New(cfg.Containerd.Address, client.WithDefaultNamespace(cfg.Containerd.Namespace))
+	if err != nil {
+		return fmt.Errorf("containerd client: %w", err)
+	}
+	defer cl.Close()
+
+	cni, err := network.NewCNI(network.Options{ConfDir: cfg.CNI.ConfDir, BinDirs: cfg.CNI.BinDirs, CacheDir: cfg.CNI.CacheDir})
+	if err != nil {
+		return err
+	}
+	w := wire(cfg, cl, cni)
+
+	l, err := listenCRI(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(cfg.Socket)
+	var ready atomic.Bool
+	srv := newGRPCServer(&ready, w.runtime, nil)
+
+	go recoverUntilDone(ctx, w.sandboxes, &ready)
+	go w.sandboxes.Monitor(ctx)
+	log.G(ctx).WithField("socket", cfg.Socket).WithField("version", version).Info("shimd serving")
+	return serveUntil(ctx, srv, l, 30*time.Second)
+}
+
+type wiring struct {
+	sandboxes *sandbox.Manager
+	runtime   *runtime.Service
+}
+
+// wire builds the services from the config.
+func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
+	runtimes := map[string]sandbox.Runtime{}
+	var handlers []string
+	for name, rc := range cfg.Runtimes {
+		snap := rc.Snapshotter
+		if snap == "" {
+			snap = cfg.Containerd.Snapshotter
+		}
+		runtimes[name] = sandbox.Runtime{
+			Type:        rc.Type,
+			Options:     &options.Options{BinaryName: rc.BinaryName, Root: rc.Root, SystemdCgroup: rc.SystemdCgroup},
+			Snapshotter: snap,
+		}
+		handlers = append(handlers, name)
+	}
+	sort.Strings(handlers)
+	pauseRef, pauseFn := pauseImage(cfg, cl)
+	sandboxes := sandbox.NewManager(sandbox.Options{
+		Client: cl, Namespace: cfg.Containerd.Namespace, RootDir: cfg.RootDir, StateDir: cfg.StateDir,
+		CgroupDriver: cfg.CgroupDriver, Runtimes: runtimes, DefaultRuntime: cfg.DefaultRuntime,
+		Network: cni, PauseImage: pauseFn, PauseImageRef: pauseRef,
+		MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
+	})
+	cfgJSON, _ := json.Marshal(cfg)
+	rs := runtime.New(runtime.Options{
+		Client: cl, Sandboxes: sandboxes, Network: cni, Version: version, ConfigJSON: string(cfgJSON),
+		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
+	})
+	return wiring{sandboxes: sandboxes, runtime: rs}
+}
+
+// recoverUntilDone retries recovery until containerd answers; until then every RPC but
+// Version gets Unavailable.
+func recoverUntilDone(ctx context.Context, m *sandbox.Manager, ready *atomic.Bool) {
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := m.Recover(ctx)
+		if err == nil {
+			ready.Store(true)
+			log.G(ctx).WithField("duration", time.Since(start).String()).WithField("sandboxes", len(m.List())).Info("recovery done")
+			return
+		}
+		log.G(ctx).WithError(err).Warn("recovery failed; retrying")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+
+	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/sandbox/pause"
+)
+
+// pauseImage chooses the sandbox image: the built-in one (imported into containerd on
+// first use, so a node without registry access runs pods) or a configured one, which
+// must be present in containerd's image store.
+func pauseImage(cfg Config, cl *client.Client) (string, sandbox.PauseImageFunc) {
+	if cfg.Sandbox.Image == "" {
+		imp := pause.NewImporter(cl)
+		return pause.Ref, imp.Ensure
+	}
+	ref := cfg.Sandbox.Image
+	return ref, func(ctx context.Context, snapshotter string) (client.Image, error) {
+		img, err := cl.GetImage(ctx, ref)
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("sandbox image %s is not in containerd's image store: %w", ref, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ok, err := img.IsUnpacked(ctx, snapshotter); err != nil || !ok {
+			if err := img.Unpack(ctx, snapshotter); err != nil {
+				return nil, fmt.Errorf("unpack sandbox image %s: %w", ref, err)
+			}
+		}
+		return img, nil
+	}
+}

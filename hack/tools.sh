@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Installs what shimd's tests and README commands need, on Debian 12, as root.
+#   hack/tools.sh debs       Debian packages (containerd 1.6, runc, CNI plugins, registry, ...)
+#   hack/tools.sh containerd containerd 2.4.2, its runc shim and ctr, from the Go module proxy
+#   hack/tools.sh runc       runc 1.5.2 from the Go module proxy (seccomp build)
+#   hack/tools.sh critools   crictl and critest v1.36.0, and the ginkgo CLI
+#   hack/tools.sh all        all of the above
+# Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
+set -euo pipefail
+
+TOOLS=${SHIMD_TOOLS:-/var/cache/shimd/tools}
+BIN=$TOOLS/bin
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+RUNC_VERSION=${RUNC_VERSION:-v1.5.2}
+CRITOOLS_VERSION=${CRITOOLS_VERSION:-v1.36.0}
+GINKGO_VERSION=${GINKGO_VERSION:-v2.28.1}
+mkdir -p "$BIN"
+export GOBIN=$BIN GOFLAGS=${GOFLAGS:--mod=mod}
+
+log() { echo "tools: $*" >&2; }
+
+debs() {
+	local want=(containerd runc containernetworking-plugins iptables iproute2 busybox-static
+		docker-registry skopeo umoci libseccomp-dev pkg-config apache2-utils)
+	local missing=()
+	for p in "${want[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	log "apt-get install ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# Debian starts nothing without systemd, but make sure the packaged daemon is not ours.
+}
+
+containerd_bins() {
+	if [ -x "$BIN/containerd" ] && "$BIN/containerd" --version | grep -q "$CONTAINERD_VERSION"; then return 0; fi
+	log "building containerd $CONTAINERD_VERSION"
+	(cd / && go install -ldflags "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
+		"github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION")
+}
+
+runc_bin() {
+	if [ -x "$BIN/runc" ] && "$BIN/runc" --version | grep -q "${RUNC_VERSION#v}"; then return 0; fi
+	log "building runc $RUNC_VERSION"
+	(cd / && CGO_ENABLED=1 go install -tags seccomp -ldflags "-X main.version=${RUNC_VERSION#v}" \
+		"github.com/opencontainers/runc@$RUNC_VERSION")
+}
+
+critools() {
+	if [ -x "$BIN/critest" ] && [ -x "$BIN/crictl" ] && [ -x "$BIN/ginkgo" ] &&
+		"$BIN/crictl" --version | grep -q "${CRITOOLS_VERSION#v}"; then return 0; fi
+	log "building crictl and critest $CRITOOLS_VERSION"
+	local d
+	d=$(mktemp -d)
+	(
+		cd "$d"
+		export GONOSUMDB=k8s.io,sigs.k8s.io GOFLAGS=-mod=mod
+		go mod init x >/dev/null 2>&1
+		go get "sigs.k8s.io/cri-tools@$CRITOOLS_VERSION" >/dev/null 2>&1
+		go build -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/crictl" sigs.k8s.io/cri-tools/cmd/crictl
+		go test -c -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
+		go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO_VERSION"
+	)
+	rm -rf "$d"
+}
+
+case "${1:-all}" in
+debs) debs ;;
+containerd) containerd_bins ;;
+runc) runc_bin ;;
+critools) critools ;;
+all) debs; containerd_bins; runc_bin; critools ;;
+*) echo "usage: $0 debs|containerd|runc|critools|all" >&2; exit 2 ;;
+esac

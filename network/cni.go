@@ -1,0 +1,239 @@
+// Package network attaches pod network namespaces to CNI networks and forwards ports
+// into them. It knows nothing of containerd.
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+)
+
+// Options configures the CNI manager.
+type Options struct {
+	ConfDir  string
+	BinDirs  []string
+	CacheDir string
+}
+
+// CNI runs CNI plugins for pods. The network is the first config (by file name) in
+// ConfDir; it is reloaded when the directory changes.
+//
+// Lock order: mu only; never held while a plugin runs.
+type CNI struct {
+	opts Options
+	cni  *libcni.CNIConfig
+	lo   *libcni.NetworkConfigList
+
+	mu      sync.Mutex
+	list    *libcni.NetworkConfigList
+	loadErr error
+	podCIDR string
+}
+
+// PortMapping is one hostPort mapping (portmap capability).
+type PortMapping struct {
+	HostPort      int32  `json:"hostPort"`
+	ContainerPort int32  `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"hostIP,omitempty"`
+}
+
+// Bandwidth is the bandwidth capability, in bits per second.
+type Bandwidth struct {
+	IngressRate  uint64 `json:"ingressRate,omitempty"`
+	IngressBurst uint64 `json:"ingressBurst,omitempty"`
+	EgressRate   uint64 `json:"egressRate,omitempty"`
+	EgressBurst  uint64 `json:"egressBurst,omitempty"`
+}
+
+// Attachment describes the pod being attached.
+type Attachment struct {
+	ID        string
+	NetNSPath string
+	// Args are the CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, ...).
+	Args         [][2]string
+	PortMappings []PortMapping
+	Bandwidth    *Bandwidth
+	CgroupPath   string
+}
+
+// Result is what an attachment got.
+type Result struct {
+	IPs []net.IP
+}
+
+// NewCNI prepares a CNI manager; a missing or invalid config is reported by Ready.
+func NewCNI(opts Options) (*CNI, error) {
+	lo, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"0.3.1","name":"shimd-loopback","plugins":[{"type":"loopback"}]}`))
+	if err != nil {
+		return nil, err
+	}
+	c := &CNI{
+		opts: opts,
+		cni:  libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, nil),
+		lo:   lo,
+	}
+	c.Reload()
+	return c, nil
+}
+
+// Reload reads the network config again from ConfDir.
+func (c *CNI) Reload() {
+	list, err := loadFirst(c.opts.ConfDir)
+	c.mu.Lock()
+	c.list, c.loadErr = list, err
+	c.mu.Unlock()
+}
+
+// Ready reports whether a network config is loaded, reloading it if not.
+func (c *CNI) Ready() error {
+	_, err := c.network()
+	return err
+}
+
+// SetPodCIDR keeps the node's pod CIDR, handed to IPAM plugins that take ranges.
+func (c *CNI) SetPodCIDR(cidr string) {
+	c.mu.Lock()
+	c.podCIDR = cidr
+	c.mu.Unlock()
+}
+
+func (c *CNI) network() (*libcni.NetworkConfigList, error) {
+	c.mu.Lock()
+	list, err := c.list, c.loadErr
+	c.mu.Unlock()
+	if list != nil {
+		return list, nil
+	}
+	c.Reload()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.list == nil {
+		if c.loadErr == nil {
+			c.loadErr = err
+		}
+		return nil, c.loadErr
+	}
+	return c.list, nil
+}
+
+func loadFirst(dir string) (*libcni.NetworkConfigList, error) {
+	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		return nil, fmt.Errorf("cni config dir %s: %w", dir, err)
+	}
+	for _, f := range files {
+		var list *libcni.NetworkConfigList
+		if len(f) > 9 && f[len(f)-9:] == ".conflist" {
+			list, err = libcni.ConfListFromFile(f)
+		} else {
+			var conf *libcni.NetworkConfig
+			conf, err = libcni.ConfFromFile(f)
+			if err == nil {
+				list, err = libcni.ConfListFromConf(conf)
+			}
+		}
+		if err != nil || len(list.Plugins) == 0 {
+			continue
+		}
+		return list, nil
+	}
+	return nil, fmt.Errorf("no valid CNI network config in %s", dir)
+}
+
+func (c *CNI) runtimeConf(a Attachment, ifName string) *libcni.RuntimeConf {
+	caps := map[string]interface{}{}
+	if len(a.PortMappings) > 0 {
+		caps["portMappings"] = a.PortMappings
+	}
+	if a.Bandwidth != nil {
+		caps["bandwidth"] = a.Bandwidth
+	}
+	c.mu.Lock()
+	if c.podCIDR != "" {
+		caps["ipRanges"] = [][]map[string]string{{{"subnet": c.podCIDR}}}
+	}
+	c.mu.Unlock()
+	if a.CgroupPath != "" {
+		caps["cgroupPath"] = a.CgroupPath
+	}
+	return &libcni.RuntimeConf{
+		ContainerID:    a.ID,
+		NetNS:          a.NetNSPath,
+		IfName:         ifName,
+		Args:           append([][2]string{{"IgnoreUnknown", "1"}}, a.Args...),
+		CapabilityArgs: caps,
+	}
+}
+
+// Setup brings up loopback and attaches the pod to the network as eth0.
+func (c *CNI) Setup(ctx context.Context, a Attachment) (*Result, error) {
+	list, err := c.network()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.cni.AddNetworkList(ctx, c.lo, c.runtimeConf(Attachment{ID: a.ID, NetNSPath: a.NetNSPath}, "lo")); err != nil {
+		return nil, fmt.Errorf("cni loopback: %w", err)
+	}
+	res, err := c.cni.AddNetworkList(ctx, list, c.runtimeConf(a, "eth0"))
+	if err != nil {
+		return nil, fmt.Errorf("cni add network %s: %w", list.Name, err)
+	}
+	return parseResult(res)
+}
+
+// Teardown detaches the pod (CNI DEL); it succeeds for a pod never attached. An empty
+// NetNSPath still releases the IPAM lease (CNI allows DEL without a netns).
+func (c *CNI) Teardown(ctx context.Context, a Attachment) error {
+	list, err := c.network()
+	if err != nil {
+		return err
+	}
+	if a.NetNSPath != "" {
+		if _, err := os.Stat(a.NetNSPath); err != nil {
+			a.NetNSPath = ""
+		}
+	}
+	if err := c.cni.DelNetworkList(ctx, list, c.runtimeConf(a, "eth0")); err != nil {
+		return fmt.Errorf("cni del network %s: %w", list.Name, err)
+	}
+	if a.NetNSPath != "" {
+		// The loopback plugin keeps a cache entry like any other; release it too.
+		_ = c.cni.DelNetworkList(ctx, c.lo, c.runtimeConf(Attachment{ID: a.ID, NetNSPath: a.NetNSPath}, "lo"))
+	}
+	return nil
+}
+
+func parseResult(res types.Result) (*Result, error) {
+	r, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("cni result: %w", err)
+	}
+	// Prefer addresses on the sandbox side (an interface with a Sandbox path).
+	out := &Result{}
+	for _, ip := range r.IPs {
+		if ip.Interface != nil && *ip.Interface >= 0 && *ip.Interface < len(r.Interfaces) &&
+			r.Interfaces[*ip.Interface].Sandbox == "" {
+			continue
+		}
+		out.IPs = append(out.IPs, ip.Address.IP)
+	}
+	if len(out.IPs) == 0 {
+		return nil, errors.New("cni result has no pod address")
+	}
+	// IPv4 first, as the kubelet expects the primary family first.
+	for i, ip := range out.IPs {
+		if ip.To4() != nil && i > 0 {
+			out.IPs[0], out.IPs[i] = out.IPs[i], out.IPs[0]
+			break
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,105 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// NetNSPath is where the network namespace of the pod with this id is pinned. It is a
+// pure function of the id so that recovery can find (and remove) a namespace even when
+// the record of a half-created pod never said where it was.
+func NetNSPath(baseDir, id string) string {
+	return filepath.Join(baseDir, id)
+}
+
+// CreateNetNS creates a new network namespace and pins it with a bind mount at path.
+// The path must not exist yet.
+func CreateNetNS(path string) (err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return fmt.Errorf("create netns dir: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("create netns mount point: %w", err)
+	}
+	f.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+
+	errc := make(chan error, 1)
+	go func() {
+		// The thread that unshares is never unlocked: it dies with this goroutine, so no
+		// other goroutine ever runs in the new namespace even if restoring fails.
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("unshare netns: %w", err)
+			return
+		}
+		src := "/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
+		mountErr := unix.Mount(src, path, "none", unix.MS_BIND, "")
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
+			runtime.UnlockOSThread()
+		}
+		if mountErr != nil {
+			errc <- fmt.Errorf("pin netns at %s: %w", path, mountErr)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// RemoveNetNS unmounts and removes a pinned network namespace. A missing one is fine.
+func RemoveNetNS(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount netns %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove netns %s: %w", path, err)
+	}
+	return nil
+}
+
+// InNetNS runs fn on an OS thread that has entered the network namespace at path.
+func InNetNS(path string, fn func() error) error {
+	ns, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", path, err)
+			return
+		}
+		ferr := fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- ferr
+	}()
+	return <-errc
+}

@@ -1,0 +1,62 @@
+package runtime
+
+import (
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/sandbox"
+)
+
+func toSandboxState(st sandbox.State) runtimeapi.PodSandboxState {
+	if st == sandbox.StateReady {
+		return runtimeapi.PodSandboxState_SANDBOX_READY
+	}
+	return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+}
+
+func toSandbox(sb *sandbox.Sandbox) *runtimeapi.PodSandbox {
+	return &runtimeapi.PodSandbox{
+		Id:             sb.ID,
+		Metadata:       sb.Config.GetMetadata(),
+		State:          toSandboxState(sb.State()),
+		CreatedAt:      sb.CreatedAt.UnixNano(),
+		Labels:         sb.Config.GetLabels(),
+		Annotations:    sb.Config.GetAnnotations(),
+		RuntimeHandler: sb.RuntimeHandler,
+	}
+}
+
+func toSandboxStatus(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStatus {
+	st := &runtimeapi.PodSandboxStatus{
+		Id:             sb.ID,
+		Metadata:       sb.Config.GetMetadata(),
+		State:          toSandboxState(sb.State()),
+		CreatedAt:      sb.CreatedAt.UnixNano(),
+		Network:        &runtimeapi.PodSandboxNetworkStatus{},
+		Labels:         sb.Config.GetLabels(),
+		Annotations:    sb.Config.GetAnnotations(),
+		RuntimeHandler: sb.RuntimeHandler,
+		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
+			Options: namespaceOptions(sb.Config),
+		}},
+	}
+	if len(sb.IPs) > 0 {
+		st.Network.Ip = sb.IPs[0]
+		for _, ip := range sb.IPs[1:] {
+			st.Network.AdditionalIps = append(st.Network.AdditionalIps, &runtimeapi.PodIP{Ip: ip})
+		}
+	}
+	return st
+}
+
+// namespaceOptions reports the pod's namespace modes; CONTAINER for an unset pid mode
+// is reported as POD, as the kubelet reads it.
+func namespaceOptions(cfg *runtimeapi.PodSandboxConfig) *runtimeapi.NamespaceOption {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	return &runtimeapi.NamespaceOption{
+		Network:       ns.GetNetwork(),
+		Pid:           ns.GetPid(),
+		Ipc:           ns.GetIpc(),
+		TargetId:      ns.GetTargetId(),
+		UsernsOptions: ns.GetUsernsOptions(),
+	}
+}

@@ -1,0 +1,18 @@
+package runtime
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// RemovePodSandbox removes the pod, stopping it first; an unknown id succeeds.
+func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	if err := s.opts.Sandboxes.Remove(ctx, req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}

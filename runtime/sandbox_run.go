@@ -1,0 +1,19 @@
+package runtime
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// RunPodSandbox creates and starts a pod sandbox.
+func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	if err := validateSandboxConfig(req.GetConfig()); err != nil {
+		return nil, err
+	}
+	id, err := s.opts.Sandboxes.Run(ctx, req.GetConfig(), req.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}

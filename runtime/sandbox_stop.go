@@ -1,0 +1,18 @@
+package runtime
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// StopPodSandbox stops the pod; an unknown id succeeds.
+func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	if err := s.opts.Sandboxes.Stop(ctx, req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}

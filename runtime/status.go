@@ -1,0 +1,67 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Status reports whether containerd answers (RuntimeReady) and a CNI network config is
+// loaded (NetworkReady), and the runtime handlers with their features.
+func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	runtimeCond := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if ok, err := s.containerdServing(cctx); !ok {
+		runtimeCond.Status = false
+		runtimeCond.Reason = "ContainerdUnreachable"
+		runtimeCond.Message = "containerd does not answer"
+		if err != nil {
+			runtimeCond.Message += ": " + err.Error()
+		}
+	}
+	networkCond := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
+	if err := s.opts.Network.Ready(); err != nil {
+		networkCond.Status = false
+		networkCond.Reason = "NetworkPluginNotReady"
+		networkCond.Message = "no CNI network config loaded: " + err.Error()
+	}
+	resp := &runtimeapi.StatusResponse{
+		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeCond, networkCond}},
+		Features: &runtimeapi.RuntimeFeatures{
+			SupplementalGroupsPolicy: false,
+		},
+	}
+	for _, h := range s.opts.Handlers {
+		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{
+			Name:     h,
+			Features: &runtimeapi.RuntimeHandlerFeatures{},
+		})
+		if h == s.opts.DefaultHandler {
+			// The empty name is the default handler, as the kubelet expects to find it.
+			resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Features: &runtimeapi.RuntimeHandlerFeatures{}})
+		}
+	}
+	if req.GetVerbose() {
+		resp.Info = map[string]string{"config": s.opts.ConfigJSON}
+	}
+	return resp, nil
+}
+
+// RuntimeConfig reports the cgroup driver, so the kubelet can match it.
+func (s *Service) RuntimeConfig(_ context.Context, _ *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	driver := runtimeapi.CgroupDriver_CGROUPFS
+	if s.opts.CgroupDriver == "systemd" {
+		driver = runtimeapi.CgroupDriver_SYSTEMD
+	}
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: driver}}, nil
+}
+
+// UpdateRuntimeConfig keeps the node's pod CIDR for CNI plugins that take ranges.
+func (s *Service) UpdateRuntimeConfig(_ context.Context, req *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+	if cidr := req.GetRuntimeConfig().GetNetworkConfig().GetPodCidr(); cidr != "" {
+		s.opts.Network.SetPodCIDR(cidr)
+	}
+	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}

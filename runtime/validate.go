@@ -1,0 +1,70 @@
+package runtime
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// invalid is an InvalidArgument error naming the field.
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
+}
+
+// validateSandboxConfig rejects a PodSandboxConfig shimd cannot run, naming the field.
+func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
+	if cfg == nil {
+		return invalid("config", "is required")
+	}
+	md := cfg.GetMetadata()
+	if md == nil {
+		return invalid("config.metadata", "is required")
+	}
+	for field, v := range map[string]string{"config.metadata.name": md.GetName(), "config.metadata.namespace": md.GetNamespace(), "config.metadata.uid": md.GetUid()} {
+		if v == "" {
+			return invalid(field, "is required")
+		}
+		if strings.ContainsAny(v, "_/\x00") {
+			return invalid(field, "%q must not contain '_', '/' or NUL", v)
+		}
+	}
+	if h := cfg.GetHostname(); len(h) > 64 || strings.ContainsAny(h, "/ \x00") {
+		return invalid("config.hostname", "%q is not a valid hostname", h)
+	}
+	if d := cfg.GetLogDirectory(); d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) != d) {
+		return invalid("config.log_directory", "%q must be a clean absolute path", d)
+	}
+	if p := cfg.GetLinux().GetCgroupParent(); p != "" && strings.Contains(p, "..") {
+		return invalid("config.linux.cgroup_parent", "%q must not contain '..'", p)
+	}
+	for i, pm := range cfg.GetPortMappings() {
+		field := fmt.Sprintf("config.port_mappings[%d]", i)
+		if pm.GetContainerPort() <= 0 || pm.GetContainerPort() > 65535 {
+			return invalid(field+".container_port", "%d is out of range 1-65535", pm.GetContainerPort())
+		}
+		if pm.GetHostPort() < 0 || pm.GetHostPort() > 65535 {
+			return invalid(field+".host_port", "%d is out of range 0-65535", pm.GetHostPort())
+		}
+		if ip := pm.GetHostIp(); ip != "" && net.ParseIP(ip) == nil {
+			return invalid(field+".host_ip", "%q is not an IP address", ip)
+		}
+	}
+	for k := range cfg.GetLinux().GetSysctls() {
+		if k == "" || strings.ContainsAny(k, " \x00") || strings.Contains(k, "..") {
+			return invalid("config.linux.sysctls", "%q is not a sysctl name", k)
+		}
+	}
+	return nil
+}
+
+// validateID rejects an empty id.
+func validateID(field, id string) error {
+	if id == "" {
+		return invalid(field, "is required")
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+
+	"github.com/shimd/shimd/network"
+)
+
+// Network is what sandboxes need from pod networking.
+type Network interface {
+	Setup(ctx context.Context, a network.Attachment) (*network.Result, error)
+	Teardown(ctx context.Context, a network.Attachment) error
+	Ready() error
+}
+
+// PauseImageFunc returns the pause image, unpacked for the snapshotter.
+type PauseImageFunc func(ctx context.Context, snapshotter string) (client.Image, error)
+
+// Runtime is one runtime handler: a containerd runtime (shim) and its options.
+type Runtime struct {
+	Type        string
+	Options     any // e.g. *options.Options for io.containerd.runc.v2
+	Snapshotter string
+}
+
+// Options configures a Manager.
+type Options struct {
+	Client         *client.Client
+	Namespace      string
+	RootDir        string
+	StateDir       string
+	CgroupDriver   string
+	Runtimes       map[string]Runtime
+	DefaultRuntime string
+	Network        Network
+	PauseImage     PauseImageFunc
+	PauseImageRef  string
+	// MinOOMScoreAdj is shimd's own oom_score_adj; nothing is given less.
+	MinOOMScoreAdj int
+	// CleanupTimeout bounds undo and teardown work detached from a request.
+	CleanupTimeout time.Duration
+}
+
+// Manager runs pod sandboxes. It is safe for concurrent use.
+type Manager struct {
+	opts  Options
+	store *store
+
+	// imageArgs caches the pause image's process (entrypoint+cmd, env) by config digest.
+	imageArgs sync.Map
+
+	exitMu sync.Mutex
+	onExit []ExitHandler
+}
+
+// NewManager makes a Manager; call Recover before serving.
+func NewManager(opts Options) *Manager {
+	if opts.CleanupTimeout == 0 {
+		opts.CleanupTimeout = 2 * time.Minute
+	}
+	return &Manager{opts: opts, store: newStore()}
+}
+
+func (m *Manager) netnsDir() string { return filepath.Join(m.opts.StateDir, "netns") }
+
+// Runtime resolves a runtime handler name ("" is the default).
+func (m *Manager) Runtime(handler string) (Runtime, error) {
+	if handler == "" {
+		handler = m.opts.DefaultRuntime
+	}
+	rt, ok := m.opts.Runtimes[handler]
+	if !ok {
+		return Runtime{}, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrInvalidArgument)
+	}
+	return rt, nil
+}
+
+// Get returns a sandbox by id or unique id prefix.
+func (m *Manager) Get(id string) (*Sandbox, error) { return m.store.get(id) }
+
+// List returns every sandbox, oldest first.
+func (m *Manager) List() []*Sandbox { return m.store.list() }
+
+// cleanupContext is detached from any request, so a kubelet timeout never leaves half
+// a pod behind, but bounded.
+func (m *Manager) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), m.opts.CleanupTimeout)
+}
+
+// undoStack runs recorded undo steps in reverse order.
+type undoStack []func(ctx context.Context) error
+
+func (u *undoStack) push(f func(ctx context.Context) error) { *u = append(*u, f) }
+
+func (u undoStack) run(ctx context.Context, what string) {
+	for i := len(u) - 1; i >= 0; i-- {
+		if err := u[i](ctx); err != nil {
+			log.G(ctx).WithError(err).Warnf("undo %s", what)
+		}
+	}
+}
+
+// PauseImageRef names the pause image sandboxes run.
+func (m *Manager) PauseImageRef() string { return m.opts.PauseImageRef }

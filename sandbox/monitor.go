@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
+)
+
+// ExitHandler is told of every task or exec process that exits in shimd's namespace.
+type ExitHandler func(containerID, execID string, status uint32, at time.Time)
+
+// OnExit registers h; call before Monitor starts.
+func (m *Manager) OnExit(h ExitHandler) {
+	m.exitMu.Lock()
+	m.onExit = append(m.onExit, h)
+	m.exitMu.Unlock()
+}
+
+// Monitor follows containerd's task exit events until ctx ends. When containerd goes
+// away it subscribes again, and then re-reads the state of every sandbox, since exits
+// that happened meanwhile were never published to it. Owned by the daemon; stops with ctx.
+func (m *Manager) Monitor(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		events, errs := m.opts.Client.Subscribe(sctx, `topic=="/tasks/exit"`)
+		m.resync(ctx)
+	loop:
+		for {
+			select {
+			case env := <-events:
+				backoff = 100 * time.Millisecond
+				if env.Namespace != m.opts.Namespace {
+					continue
+				}
+				ev, err := typeurl.UnmarshalAny(env.Event)
+				if err != nil {
+					continue
+				}
+				if exit, ok := ev.(*eventstypes.TaskExit); ok {
+					m.handleExit(exit.ContainerID, exit.ID, exit.ExitStatus, exit.ExitedAt.AsTime())
+				}
+			case err := <-errs:
+				if ctx.Err() == nil {
+					log.G(ctx).WithError(err).Warn("containerd event stream broke; subscribing again")
+				}
+				break loop
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+func (m *Manager) handleExit(containerID, execID string, status uint32, at time.Time) {
+	if containerID == execID {
+		if sb, err := m.store.get(containerID); err == nil && sb.ID == containerID {
+			sb.setState(StateNotReady)
+		}
+	}
+	m.exitMu.Lock()
+	handlers := append([]ExitHandler(nil), m.onExit...)
+	m.exitMu.Unlock()
+	for _, h := range handlers {
+		h(containerID, execID, status, at)
+	}
+}
+
+// resync marks NOTREADY every READY sandbox whose pause process is no longer running.
+func (m *Manager) resync(ctx context.Context) {
+	for _, sb := range m.store.list() {
+		if sb.State() != StateReady {
+			continue
+		}
+		if !m.pauseRunning(ctx, sb.ID) {
+			sb.setState(StateNotReady)
+		}
+	}
+}
+
+// pauseRunning tells whether the sandbox's pause task runs. Errors other than
+// not-found (containerd unreachable) count as running: no state is changed on a guess.
+func (m *Manager) pauseRunning(ctx context.Context, id string) bool {
+	c, err := m.opts.Client.LoadContainer(ctx, id)
+	if err != nil {
+		return !errdefs.IsNotFound(err)
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return !errdefs.IsNotFound(err)
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return !errdefs.IsNotFound(err)
+	}
+	return st.Status == "running" || st.Status == "created" || st.Status == "pausing" || st.Status == "paused"
+}

@@ -1,0 +1,128 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/log"
+
+	"github.com/shimd/shimd/network"
+)
+
+// Recover rebuilds the sandbox store from containerd after a (re)start of shimd.
+//
+// Assumptions:
+//   - containerd is the only durable store. Every sandbox is a container in shimd's
+//     namespace labelled io.shimd.kind=sandbox with an io.shimd.sandbox extension.
+//   - Run writes that container (phase "creating") before it creates any other
+//     resource, and derives every other resource's location from the sandbox id: the
+//     netns at <state>/netns/<id>, files under <root>/sandboxes/<id> and
+//     <state>/sandboxes/<id>, the snapshot keyed by the id. So a sandbox still
+//     "creating" is undone whole, and anything on disk without a container is an
+//     orphan of a Run that died before step 2, and is removed.
+//   - A sandbox whose pause task runs is READY; otherwise NOTREADY. One whose netns is
+//     gone (or that uses the host network and has no task) was stopped.
+//
+// Recover must finish before any RPC is served.
+func (m *Manager) Recover(ctx context.Context) error {
+	list, err := m.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	known := map[string]bool{}
+	for _, c := range list {
+		known[c.ID] = true
+		sb, err := decodeRecord(c)
+		if err != nil {
+			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Error("unreadable sandbox record: left in place")
+			continue
+		}
+		if c.Labels[LabelPhase] != PhaseCreated {
+			log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation was interrupted")
+			if err := m.destroy(ctx, sb); err != nil {
+				log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
+			}
+			delete(known, c.ID)
+			continue
+		}
+		if m.pauseRunning(ctx, sb.ID) {
+			sb.state = StateReady
+		}
+		if sb.NetNSPath != "" {
+			if _, err := os.Stat(sb.NetNSPath); err != nil {
+				sb.stopped = true
+			}
+		}
+		m.store.add(sb)
+	}
+	m.removeOrphans(ctx, known)
+	return nil
+}
+
+// removeOrphans deletes per-sandbox resources that belong to no known sandbox.
+func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
+	for _, dir := range []string{m.netnsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			id := e.Name()
+			if known[id] || !isID(id) {
+				continue
+			}
+			log.G(ctx).WithField("sandbox", id).Info("removing orphaned sandbox files")
+			if dir == m.netnsDir() {
+				// The IP lease of an orphaned netns is released by DEL without a netns.
+				_ = m.opts.Network.Teardown(ctx, network.Attachment{ID: id})
+				_ = network.RemoveNetNS(filepath.Join(dir, id))
+				continue
+			}
+			_ = m.removeFiles(id)
+		}
+	}
+	m.removeOrphanSnapshots(ctx, known)
+}
+
+// removeOrphanSnapshots deletes snapshots keyed by a sandbox id with no container: a
+// Run that died inside NewContainer, between snapshot and container record.
+func (m *Manager) removeOrphanSnapshots(ctx context.Context, known map[string]bool) {
+	seen := map[string]bool{}
+	for _, rt := range m.opts.Runtimes {
+		if seen[rt.Snapshotter] {
+			continue
+		}
+		seen[rt.Snapshotter] = true
+		sn := m.opts.Client.SnapshotService(rt.Snapshotter)
+		var orphans []string
+		_ = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+			if isID(info.Name) && !known[info.Name] && !m.containerExists(ctx, info.Name) {
+				orphans = append(orphans, info.Name)
+			}
+			return nil
+		})
+		for _, key := range orphans {
+			if err := sn.Remove(ctx, key); err == nil {
+				log.G(ctx).WithField("snapshot", key).Info("removed orphaned snapshot")
+			}
+		}
+	}
+}
+
+func (m *Manager) containerExists(ctx context.Context, id string) bool {
+	_, err := m.opts.Client.ContainerService().Get(ctx, id)
+	return err == nil
+}
+
+// isID tells whether s looks like an id shimd made (64 lowercase hex digits).
+func isID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

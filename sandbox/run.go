@@ -1,0 +1,225 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/network"
+)
+
+// Run creates and starts a pod sandbox and returns its id.
+//
+// The name (pod name, namespace, uid, attempt) is reserved first. A second Run for the
+// same name waits for the first and returns its sandbox: the kubelet retries a
+// RunPodSandbox it timed out on, and must get the pod that was made, not an error.
+// The work itself is detached from the caller's context, so a caller that gives up
+// leaves either a whole pod (handed to its retry) or nothing.
+func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (string, error) {
+	rt, err := m.Runtime(handler)
+	if err != nil {
+		return "", err
+	}
+	name := MakeName(cfg.GetMetadata())
+	r, fresh := m.store.reserve(name)
+	if fresh {
+		go func() {
+			wctx, cancel := m.cleanupContext(ctx)
+			defer cancel()
+			sb, err := m.run(wctx, name, cfg, handler, rt)
+			m.store.finish(name, r, sb, err)
+		}()
+	}
+	return r.wait(ctx)
+}
+
+// run is the recipe; each step pushes its undo, run in reverse if a later step fails.
+//
+//  1. pause image (built in, imported once)
+//  2. containerd container, phase "creating": the durable intent record
+//  3. pod files: hostname, hosts, resolv.conf, /dev/shm
+//  4. network namespace
+//  5. CNI ADD and the pause task, concurrently
+//  6. record phase "created" with the pod's IPs: the sandbox is READY
+func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandboxConfig, handler string, rt Runtime) (_ *Sandbox, err error) {
+	sb := &Sandbox{
+		ID: newID(), Name: name, Config: cfg, RuntimeHandler: handler,
+		CreatedAt: time.Now(), state: StateReady,
+	}
+	if !sb.HostNetwork() {
+		sb.NetNSPath = network.NetNSPath(m.netnsDir(), sb.ID)
+	}
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID))
+	var undo undoStack
+	defer func() {
+		if err != nil {
+			cctx, cancel := m.cleanupContext(ctx)
+			defer cancel()
+			undo.run(cctx, "sandbox "+sb.ID)
+		}
+	}()
+
+	snapshotter := rt.Snapshotter
+	image, err := m.opts.PauseImage(ctx, snapshotter)
+	if err != nil {
+		return nil, fmt.Errorf("pause image: %w", err)
+	}
+	args, env, err := m.imageProcess(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := PauseSpec(PauseSpecInput{
+		ID: sb.ID, Namespace: m.opts.Namespace, Config: cfg, ImageArgs: args, ImageEnv: env,
+		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pause spec: %w", err)
+	}
+
+	container, err := m.opts.Client.NewContainer(ctx, sb.ID,
+		client.WithSnapshotter(snapshotter),
+		client.WithNewSnapshot(sb.ID, image),
+		client.WithImageName(image.Name()),
+		client.WithRuntime(rt.Type, rt.Options),
+		client.WithSpec(spec),
+		withRecord(sb, PhaseCreating),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create pause container: %w", err)
+	}
+	undo.push(func(ctx context.Context) error {
+		return container.Delete(ctx, client.WithSnapshotCleanup)
+	})
+
+	undoFiles, err := m.writeFiles(sb)
+	if err != nil {
+		return nil, err
+	}
+	undo.push(func(context.Context) error { undoFiles(); return nil })
+
+	if sb.NetNSPath != "" {
+		if err := network.CreateNetNS(sb.NetNSPath); err != nil {
+			return nil, err
+		}
+		undo.push(func(context.Context) error { return network.RemoveNetNS(sb.NetNSPath) })
+	}
+
+	// The pause process needs only the namespace to exist, not the network inside it,
+	// so the CNI plugins and the shim start in parallel.
+	netc := make(chan error, 1)
+	go func() { netc <- m.setupNetwork(ctx, sb) }()
+	task, taskErr := m.startTask(ctx, container)
+	netErr := <-netc
+	if sb.NetNSPath != "" {
+		// Even a failed ADD may hold an address: DEL releases whatever it got.
+		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, m.attachment(sb)) })
+	}
+	if task != nil {
+		undo.push(func(ctx context.Context) error {
+			_, err := task.Delete(ctx, client.WithProcessKill)
+			return ignoreNotFound(err)
+		})
+	}
+	if err := errors.Join(taskErr, netErr); err != nil {
+		return nil, err
+	}
+
+	if err := container.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
+		return nil, fmt.Errorf("record sandbox: %w", err)
+	}
+	log.G(ctx).WithField("ips", sb.IPs).Info("sandbox ready")
+	return sb, nil
+}
+
+func (m *Manager) startTask(ctx context.Context, container client.Container) (client.Task, error) {
+	task, err := container.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		return nil, fmt.Errorf("create pause task: %w", err)
+	}
+	if err := task.Start(ctx); err != nil {
+		return task, fmt.Errorf("start pause task: %w", err)
+	}
+	return task, nil
+}
+
+func (m *Manager) setupNetwork(ctx context.Context, sb *Sandbox) error {
+	if sb.NetNSPath == "" {
+		return nil
+	}
+	res, err := m.opts.Network.Setup(ctx, m.attachment(sb))
+	if err != nil {
+		return fmt.Errorf("set up pod network: %w", err)
+	}
+	for _, ip := range res.IPs {
+		sb.IPs = append(sb.IPs, ip.String())
+	}
+	return nil
+}
+
+// attachment describes the pod to CNI.
+func (m *Manager) attachment(sb *Sandbox) network.Attachment {
+	md := sb.Config.GetMetadata()
+	a := network.Attachment{
+		ID:        sb.ID,
+		NetNSPath: sb.NetNSPath,
+		Args: [][2]string{
+			{"K8S_POD_NAMESPACE", md.GetNamespace()},
+			{"K8S_POD_NAME", md.GetName()},
+			{"K8S_POD_INFRA_CONTAINER_ID", sb.ID},
+			{"K8S_POD_UID", md.GetUid()},
+		},
+		CgroupPath: sb.Config.GetLinux().GetCgroupParent(),
+	}
+	for _, pm := range sb.Config.GetPortMappings() {
+		if pm.GetHostPort() <= 0 {
+			continue
+		}
+		a.PortMappings = append(a.PortMappings, network.PortMapping{
+			HostPort: pm.GetHostPort(), ContainerPort: pm.GetContainerPort(),
+			Protocol: strings.ToLower(pm.GetProtocol().String()), HostIP: pm.GetHostIp(),
+		})
+	}
+	a.Bandwidth = bandwidth(sb.Config.GetAnnotations())
+	return a
+}
+
+// imageProcess returns the pause image's entrypoint+cmd and env, cached by config.
+func (m *Manager) imageProcess(ctx context.Context, image client.Image) ([]string, []string, error) {
+	key := image.Target().Digest.String()
+	if v, ok := m.imageArgs.Load(key); ok {
+		p := v.([2][]string)
+		return p[0], p[1], nil
+	}
+	spec, err := image.Spec(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read pause image config: %w", err)
+	}
+	args := append(append([]string{}, spec.Config.Entrypoint...), spec.Config.Cmd...)
+	m.imageArgs.Store(key, [2][]string{args, spec.Config.Env})
+	return args, spec.Config.Env, nil
+}
+
+func newID() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+func ignoreNotFound(err error) error {
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

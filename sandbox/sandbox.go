@@ -1,0 +1,76 @@
+// Package sandbox runs pod sandboxes: name reservation, network namespace and CNI
+// through package network, the pause container on containerd, the pod's hostname,
+// hosts, resolv.conf and /dev/shm, and recovery after a restart.
+package sandbox
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// State is a sandbox's state.
+//
+//	Run ──► READY ──(pause exits / Stop)──► NOTREADY ──Remove──► (gone)
+//	 │                                          ▲
+//	 └──────────(Run fails: undone)─────────────┘ never recorded
+//
+// A sandbox is in the store only once Run has finished; while Run is in flight only
+// its name is reserved.
+type State int
+
+const (
+	StateReady State = iota
+	StateNotReady
+)
+
+func (s State) String() string {
+	if s == StateReady {
+		return "READY"
+	}
+	return "NOTREADY"
+}
+
+// Sandbox is one pod sandbox. Fields other than those under mu never change after
+// Run has recorded it.
+type Sandbox struct {
+	ID             string
+	Name           string
+	Config         *runtimeapi.PodSandboxConfig
+	RuntimeHandler string
+	CreatedAt      time.Time
+	// NetNSPath is empty for host-network pods.
+	NetNSPath string
+	IPs       []string
+
+	mu      sync.Mutex
+	state   State
+	stopped bool // Stop has torn the network down
+}
+
+// State returns the current state.
+func (s *Sandbox) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+func (s *Sandbox) setState(st State) {
+	s.mu.Lock()
+	s.state = st
+	s.mu.Unlock()
+}
+
+// HostNetwork tells whether the pod uses the node's network namespace.
+func (s *Sandbox) HostNetwork() bool {
+	return s.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+}
+
+// MakeName is the unique name a sandbox is reserved under: the kubelet's identity of a
+// pod attempt.
+func MakeName(md *runtimeapi.PodSandboxMetadata) string {
+	return strings.Join([]string{md.GetName(), md.GetNamespace(), md.GetUid(), fmt.Sprint(md.GetAttempt())}, "_")
+}

@@ -1,0 +1,176 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Pause container defaults, as the kubelet and other runtimes use them.
+const (
+	// DefaultSandboxOOMScoreAdj keeps the pause process among the last the OOM killer picks.
+	DefaultSandboxOOMScoreAdj = -998
+	// DefaultSandboxCPUShares is the pause container's CPU weight: it does no work.
+	DefaultSandboxCPUShares = 2
+	// DefaultShmSize is the size of the pod's /dev/shm tmpfs.
+	DefaultShmSize = 64 << 20
+)
+
+// PauseSpecInput is everything the pause container's OCI spec depends on.
+type PauseSpecInput struct {
+	ID        string
+	Namespace string // containerd namespace, used for the default cgroup path
+	Config    *runtimeapi.PodSandboxConfig
+	// ImageArgs is the pause image's entrypoint+cmd; ImageEnv its env.
+	ImageArgs []string
+	ImageEnv  []string
+	// NetNSPath is the pod's network namespace; empty for host network.
+	NetNSPath string
+	// CgroupDriver is "cgroupfs" or "systemd".
+	CgroupDriver string
+	// MinOOMScoreAdj is the lowest oom_score_adj shimd may give (its own value: lowering
+	// below it needs CAP_SYS_RESOURCE, which a node may lack).
+	MinOOMScoreAdj int
+}
+
+// PauseSpec builds the pause container's OCI spec. It is a pure function of its input.
+func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
+	if len(in.ImageArgs) == 0 {
+		return nil, fmt.Errorf("pause image has no entrypoint or command")
+	}
+	cfg := in.Config
+	nsOpts := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	sc := cfg.GetLinux().GetSecurityContext()
+
+	opts := []oci.SpecOpts{
+		oci.WithProcessArgs(in.ImageArgs...),
+		oci.WithEnv(in.ImageEnv),
+		oci.WithProcessCwd("/"),
+		oci.WithRootFSReadonly(),
+		oci.WithNoNewPrivileges,
+		oci.WithoutRunMount,
+		oci.WithCPUShares(DefaultSandboxCPUShares),
+		withOOMScoreAdj(clampOOM(DefaultSandboxOOMScoreAdj, in.MinOOMScoreAdj)),
+		oci.WithAnnotations(map[string]string{
+			"io.kubernetes.cri.container-type":    "sandbox",
+			"io.kubernetes.cri.sandbox-id":        in.ID,
+			"io.kubernetes.cri.sandbox-name":      cfg.GetMetadata().GetName(),
+			"io.kubernetes.cri.sandbox-namespace": cfg.GetMetadata().GetNamespace(),
+			"io.kubernetes.cri.sandbox-uid":       cfg.GetMetadata().GetUid(),
+		}),
+	}
+	if nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace))
+	} else {
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: in.NetNSPath}))
+		if cfg.GetHostname() != "" {
+			opts = append(opts, oci.WithHostname(cfg.GetHostname()))
+		}
+	}
+	if nsOpts.GetPid() == runtimeapi.NamespaceMode_NODE {
+		opts = append(opts, oci.WithHostNamespace(specs.PIDNamespace))
+	}
+	if nsOpts.GetIpc() == runtimeapi.NamespaceMode_NODE {
+		opts = append(opts, oci.WithHostNamespace(specs.IPCNamespace))
+	}
+	if sysctls := cfg.GetLinux().GetSysctls(); len(sysctls) > 0 {
+		opts = append(opts, withSysctls(sysctls))
+	}
+	if uid := sc.GetRunAsUser(); uid != nil {
+		gid := uint32(0)
+		if g := sc.GetRunAsGroup(); g != nil {
+			gid = uint32(g.GetValue())
+		}
+		opts = append(opts, oci.WithUIDGID(uint32(uid.GetValue()), gid))
+	}
+	if groups := sc.GetSupplementalGroups(); len(groups) > 0 {
+		opts = append(opts, withAdditionalGIDs(groups))
+	}
+	if sc.GetReadonlyRootfs() {
+		opts = append(opts, oci.WithRootFSReadonly())
+	}
+	if sc.GetPrivileged() {
+		opts = append(opts, oci.WithMaskedPaths(nil), oci.WithReadonlyPaths(nil))
+	}
+	if cg := CgroupPath(cfg.GetLinux().GetCgroupParent(), in.ID, in.CgroupDriver); cg != "" {
+		opts = append(opts, oci.WithCgroup(cg))
+	}
+
+	ctx := namespaces.WithNamespace(context.Background(), in.Namespace)
+	return oci.GenerateSpec(ctx, nil, &containers.Container{ID: in.ID}, opts...)
+}
+
+// CgroupPath is the cgroup of a sandbox or container under its parent. An empty parent
+// leaves containerd's default (/<namespace>/<id>).
+func CgroupPath(parent, id, driver string) string {
+	if parent == "" {
+		return ""
+	}
+	if driver == "systemd" {
+		// slice:prefix:name, as runc's systemd driver takes it.
+		return filepath.Base(parent) + ":shimd:" + id
+	}
+	return filepath.Join(parent, id)
+}
+
+func clampOOM(want, min int) int {
+	if want < min {
+		return min
+	}
+	return want
+}
+
+func withOOMScoreAdj(v int) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Process.OOMScoreAdj = &v
+		return nil
+	}
+}
+
+func withSysctls(sysctls map[string]string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux.Sysctl == nil {
+			s.Linux.Sysctl = map[string]string{}
+		}
+		for k, v := range sysctls {
+			s.Linux.Sysctl[k] = v
+		}
+		return nil
+	}
+}
+
+func withAdditionalGIDs(groups []int64) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		for _, g := range groups {
+			s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, uint32(g))
+		}
+		return nil
+	}
+}
+
+// OwnOOMScoreAdj reads this process's oom_score_adj (0 if unreadable).
+func OwnOOMScoreAdj(read func(string) ([]byte, error)) int {
+	b, err := read("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.Atoi(string(trimSpace(b)))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,130 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+
+	"github.com/shimd/shimd/network"
+)
+
+// Stop kills the pause process and tears the pod's network down. It is idempotent and
+// an unknown id succeeds. The work is detached from ctx (bounded by CleanupTimeout):
+// a stop the kubelet gave up on still finishes.
+func (m *Manager) Stop(ctx context.Context, id string) error {
+	sb, err := m.store.get(id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := m.cleanupContext(ctx)
+	defer cancel()
+	return m.stop(log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID)), sb)
+}
+
+func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
+	sb.mu.Lock()
+	defer sb.mu.Unlock() // serialises Stop/Remove of one sandbox; no store lock held
+	if err := m.deleteTask(ctx, sb.ID); err != nil {
+		return err
+	}
+	sb.state = StateNotReady
+	if sb.stopped {
+		return nil
+	}
+	if sb.NetNSPath != "" {
+		if err := m.opts.Network.Teardown(ctx, m.attachment(sb)); err != nil {
+			return fmt.Errorf("tear down network of sandbox %s: %w", sb.ID, err)
+		}
+		if err := network.RemoveNetNS(sb.NetNSPath); err != nil {
+			return err
+		}
+	}
+	if err := m.unmountShm(sb.ID); err != nil {
+		return err
+	}
+	sb.stopped = true
+	log.G(ctx).Info("sandbox stopped")
+	return nil
+}
+
+// deleteTask kills and deletes the pause task; a missing task or container is fine.
+func (m *Manager) deleteTask(ctx context.Context, id string) error {
+	container, err := m.opts.Client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load pause container %s: %w", id, err)
+	}
+	task, err := container.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load pause task %s: %w", id, err)
+	}
+	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete pause task %s: %w", id, err)
+	}
+	return nil
+}
+
+// Remove stops the sandbox if needed and deletes everything it had. It is idempotent
+// and an unknown id succeeds.
+func (m *Manager) Remove(ctx context.Context, id string) error {
+	sb, err := m.store.get(id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := m.cleanupContext(ctx)
+	defer cancel()
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID))
+	if err := m.stop(ctx, sb); err != nil {
+		return err
+	}
+	if err := m.deleteContainer(ctx, sb.ID); err != nil {
+		return err
+	}
+	if err := m.removeFiles(sb.ID); err != nil {
+		return err
+	}
+	m.store.delete(sb)
+	log.G(ctx).Info("sandbox removed")
+	return nil
+}
+
+func (m *Manager) deleteContainer(ctx context.Context, id string) error {
+	container, err := m.opts.Client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load pause container %s: %w", id, err)
+	}
+	err = container.Delete(ctx, client.WithSnapshotCleanup)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete pause container %s: %w", id, err)
+	}
+	return nil
+}
+
+// destroy removes every trace of a sandbox whose Run never finished (recovery).
+func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
+	var errs []error
+	errs = append(errs, m.deleteTask(ctx, sb.ID))
+	if sb.NetNSPath != "" {
+		errs = append(errs, m.opts.Network.Teardown(ctx, m.attachment(sb)), network.RemoveNetNS(sb.NetNSPath))
+	}
+	errs = append(errs, m.removeFiles(sb.ID), m.deleteContainer(ctx, sb.ID))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStoreReserveWaitsForFirstRun(t *testing.T) {
+	s := newStore()
+	r1, fresh := s.reserve("pod")
+	require.True(t, fresh)
+	r2, fresh := s.reserve("pod")
+	require.False(t, fresh, "a retry joins the running Run")
+	got := make(chan string, 1)
+	go func() { id, _ := r2.wait(context.Background()); got <- id }()
+	sb := &Sandbox{ID: "0123", Name: "pod", CreatedAt: time.Now()}
+	s.finish("pod", r1, sb, nil)
+	require.Equal(t, "0123", <-got)
+	_, fresh = s.reserve("pod")
+	require.False(t, fresh, "a finished Run keeps its name until Remove")
+	s.delete(sb)
+	_, fresh = s.reserve("pod")
+	require.True(t, fresh)
+}
+
+func TestStoreFailedRunFreesName(t *testing.T) {
+	s := newStore()
+	r, _ := s.reserve("pod")
+	s.finish("pod", r, nil, errors.New("boom"))
+	_, err := r.wait(context.Background())
+	require.EqualError(t, err, "boom")
+	_, fresh := s.reserve("pod")
+	require.True(t, fresh)
+}
+
+func TestStoreGet(t *testing.T) {
+	s := newStore()
+	s.add(&Sandbox{ID: "abc111", Name: "a"})
+	s.add(&Sandbox{ID: "abc222", Name: "b"})
+	sb, err := s.get("abc1")
+	require.NoError(t, err)
+	require.Equal(t, "abc111", sb.ID)
+	_, err = s.get("abc")
+	require.True(t, errdefs.IsInvalidArgument(err), "ambiguous prefix: %v", err)
+	_, err = s.get("zzz")
+	require.True(t, errdefs.IsNotFound(err))
+	_, err = s.get("")
+	require.True(t, errdefs.IsInvalidArgument(err))
+}
+
+func TestIsID(t *testing.T) {
+	require.True(t, isID(newID()))
+	require.False(t, isID("cni-1234"))
+	require.False(t, isID("ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789"))
+}
