@@ -5,12 +5,19 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/shimd
 
-.PHONY: all build test integration integration-1.6 bench install run tools pause clean
+.PHONY: all build check test integration integration-1.6 bench install run tools pause clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/shimd
+
+# Everything CI runs: tools, vet, unit and integration tests.
+check: tools
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
+	$(GO) test -count=1 ./...
+	$(GO) test -tags integration -count=1 -p 1 -timeout 40m ./...
 
 # Unit tests: pure logic, no root, no containerd.
 test:

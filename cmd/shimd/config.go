@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
-	"github.com/containerd/log"
+	"github.com/sirupsen/logrus"
 )
 
 // Config is shimd's configuration file (TOML). Every key is documented in README.md;
@@ -160,7 +160,7 @@ func (c *Config) Validate() error {
 	if c.Registry.ConfigPath != "" && !filepath.IsAbs(c.Registry.ConfigPath) {
 		return fmt.Errorf("config key registry.config_path: must be an absolute path, got %q", c.Registry.ConfigPath)
 	}
-	if _, err := log.ParseLevel(c.LogLevel); err != nil {
+	if _, err := logrus.ParseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("config key log_level: %q is not one of trace, debug, info, warn, error", c.LogLevel)
 	}
 	if c.CgroupDriver != "cgroupfs" && c.CgroupDriver != "systemd" {

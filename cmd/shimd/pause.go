@@ -16,8 +16,7 @@ import (
 // must be present in containerd's image store.
 func pauseImage(cfg Config, cl *client.Client) (string, sandbox.PauseImageFunc) {
 	if cfg.Sandbox.Image == "" {
-		imp := pause.NewImporter(cl)
-		return pause.Ref, imp.Ensure
+		return pause.Ref, pause.NewImporter(cl).Ensure
 	}
 	ref := cfg.Sandbox.Image
 	return ref, func(ctx context.Context, snapshotter string) (client.Image, error) {

@@ -1,0 +1,189 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// kill -9 of shimd with pods present: every pod comes back with the same id, state and
+// IP; a pod whose pause process died meanwhile is NOTREADY; all can be stopped and removed.
+func TestKill9RestartRecoversSandboxes(t *testing.T) {
+	requireRoot(t)
+	env := harness.New(t, harness.Options{})
+	rs := env.Shimd.Runtime(t)
+	var ids []string
+	before := map[string]*runtimeapi.PodSandboxStatus{}
+	for _, name := range []string{"one", "two", "three"} {
+		id := runPod(t, rs, podConfig(name))
+		ids = append(ids, id)
+		before[id] = podStatus(t, rs, id)
+	}
+	_, err := rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: ids[2]})
+	require.NoError(t, err)
+	before[ids[2]] = podStatus(t, rs, ids[2])
+
+	env.Shimd.Kill9()
+	// While shimd is down, the pause process of pod "two" dies.
+	killPause(t, env, ids[1])
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+
+	require.Len(t, listPods(t, rs, nil), 3)
+	for i, id := range ids {
+		st := podStatus(t, rs, id)
+		require.Equal(t, before[id].Network.Ip, st.Network.Ip)
+		require.Equal(t, before[id].CreatedAt, st.CreatedAt)
+		require.Equal(t, before[id].Metadata.Name, st.Metadata.Name)
+		want := runtimeapi.PodSandboxState_SANDBOX_READY
+		if i > 0 {
+			want = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+		}
+		require.Equal(t, want, st.State, "pod %d", i)
+	}
+	for _, id := range ids {
+		stopRemove(t, rs, id)
+	}
+}
+
+// killPause kills the pause process of a sandbox with SIGKILL, by its task's pid.
+func killPause(t *testing.T, env *harness.Env, id string) {
+	t.Helper()
+	cl := env.Containerd.Client(t)
+	ctx := namespaces.WithNamespace(context.Background(), "shimd")
+	c, err := cl.LoadContainer(ctx, id)
+	require.NoError(t, err)
+	task, err := c.Task(ctx, nil)
+	require.NoError(t, err)
+	exitc, err := task.Wait(ctx)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(int(task.Pid()), syscall.SIGKILL))
+	select {
+	case <-exitc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("pause did not exit")
+	}
+}
+
+// Killing shimd at any point of RunPodSandbox leaves, after the restart, either a
+// whole pod or nothing: the leak check after cleanup proves nothing half-made stayed.
+func TestKill9DuringRunLeavesNothingHalfMade(t *testing.T) {
+	requireRoot(t)
+	env := harness.New(t, harness.Options{})
+	for i, delay := range []time.Duration{5 * time.Millisecond, 30 * time.Millisecond, 80 * time.Millisecond, 150 * time.Millisecond} {
+		rs := env.Shimd.Runtime(t)
+		go func(cfg *runtimeapi.PodSandboxConfig) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		}(podConfig("crash"))
+		time.Sleep(delay)
+		env.Shimd.Kill9()
+		env.Shimd.Start(t)
+		rs = env.Shimd.Runtime(t)
+		waitReady(t, rs)
+		for _, p := range listPods(t, rs, nil) {
+			st := podStatus(t, rs, p.Id)
+			if st.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+				requireInSubnet(t, env, st.Network.Ip)
+			}
+			stopRemove(t, rs, p.Id)
+		}
+		entries, _ := os.ReadDir(env.Shimd.NetnsDir())
+		require.Empty(t, entries, "round %d: netns left behind", i)
+	}
+}
+
+// containerd restarts: while it is down Status says RuntimeReady=false and RPCs fail
+// with Unavailable; afterwards shimd works again without a restart of its own.
+func TestContainerdRestart(t *testing.T) {
+	requireRoot(t)
+	env := harness.New(t, harness.Options{})
+	rs := env.Shimd.Runtime(t)
+	id := runPod(t, rs, podConfig("survivor"))
+
+	env.Containerd.Stop()
+	st, err := rs.Status(ctxT(t, 30*time.Second), &runtimeapi.StatusRequest{})
+	require.NoError(t, err)
+	require.False(t, st.Status.Conditions[0].Status, "RuntimeReady while containerd is down")
+	require.NotEmpty(t, st.Status.Conditions[0].Reason)
+
+	env.Containerd.Restart(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err = rs.Status(ctxT(t, 30*time.Second), &runtimeapi.StatusRequest{})
+		require.NoError(t, err)
+		if st.Status.Conditions[0].Status {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "RuntimeReady did not come back")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, podStatus(t, rs, id).State)
+	id2 := runPod(t, rs, podConfig("after"))
+	stopRemove(t, rs, id)
+	stopRemove(t, rs, id2)
+}
+
+// crictl, as an operator uses it.
+func TestCrictlPods(t *testing.T) {
+	requireRoot(t)
+	env := harness.New(t, harness.Options{})
+	cfg := map[string]any{
+		"metadata":      map[string]any{"name": "crictl-pod", "namespace": "e2e", "uid": "crictl-uid", "attempt": 1},
+		"hostname":      "crictl-pod",
+		"log_directory": "/tmp",
+		"labels":        map[string]string{"via": "crictl"},
+		"linux":         map[string]any{},
+	}
+	data, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "pod.json")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+
+	out, err := env.Shimd.Crictl(t, "runp", path)
+	require.NoError(t, err, out)
+	id := strings.TrimSpace(out)
+	require.Len(t, id, 64)
+
+	out, err = env.Shimd.Crictl(t, "pods", "--label", "via=crictl", "-q")
+	require.NoError(t, err, out)
+	require.Equal(t, id, strings.TrimSpace(out))
+
+	out, err = env.Shimd.Crictl(t, "inspectp", id)
+	require.NoError(t, err, out)
+	var inspect struct {
+		Status runtimeapi.PodSandboxStatus `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &inspect), out)
+	require.Contains(t, out, `"state": "SANDBOX_READY"`)
+	require.Contains(t, out, env.CNI.Subnet.IP.String()[:7])
+
+	out, err = env.Shimd.Crictl(t, "info")
+	require.NoError(t, err, out)
+	require.Contains(t, out, `"RuntimeReady"`)
+
+	for i := 0; i < 2; i++ {
+		out, err = env.Shimd.Crictl(t, "stopp", id)
+		require.NoError(t, err, out)
+	}
+	out, err = env.Shimd.Crictl(t, "rmp", id)
+	require.NoError(t, err, out)
+	out, err = env.Shimd.Crictl(t, "pods", "-q")
+	require.NoError(t, err, out)
+	require.Empty(t, strings.TrimSpace(out))
+}

@@ -1,0 +1,92 @@
+package harness
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests need neither root nor daemons.
+
+func TestParseContainerdVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name, out    string
+		major, minor int
+	}{
+		{"2.4", "containerd github.com/containerd/containerd/v2 v2.4.2 \n", 2, 4},
+		{"debian 1.6", "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n", 1, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := parseContainerdVersion(tc.out)
+			require.NoError(t, err)
+			require.Equal(t, tc.major, v.Major)
+			require.Equal(t, tc.minor, v.Minor)
+		})
+	}
+	_, err := parseContainerdVersion("garbage")
+	require.Error(t, err)
+}
+
+func TestContainerdConfigIsTOML(t *testing.T) {
+	l := newContainerdLayout("/tmp/shimd-it-1")
+	cri := &criConfig{CNIConfDir: "/tmp/x/net.d", CNIBinDir: CNIBinDir, Runc: "/bin/runc", SandboxImage: DefaultSandboxImage}
+	for _, tc := range []struct {
+		name  string
+		major int
+		cri   *criConfig
+		want  []string
+	}{
+		{"2.x", 2, nil, []string{"version = 3", `"io.containerd.cri.v1.runtime"`, "socket_dir"}},
+		{"2.x cri", 2, cri, []string{"restrict_oom_score_adj = true", "bin_dirs", "pinned_images", `"io.containerd.nri.v1.nri"`}},
+		{"1.6", 1, nil, []string{"version = 2", `disabled_plugins = ["io.containerd.grpc.v1.cri"]`}},
+		{"1.6 cri", 1, cri, []string{"sandbox_image", "bin_dir =", "restrict_oom_score_adj = true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := containerdConfig(tc.major, l, "debug", tc.cri, "[plugins.'x.y'.z]\n  a = 1")
+			var m map[string]any
+			_, err := toml.Decode(s, &m)
+			require.NoError(t, err, s)
+			for _, w := range tc.want {
+				require.Contains(t, s, w)
+			}
+			require.Equal(t, l.Address, m["grpc"].(map[string]any)["address"])
+		})
+	}
+}
+
+func TestShimdConfigIsTOML(t *testing.T) {
+	s := shimdConfig(&Shimd{dir: "/tmp/b"}, "/tmp/c.sock", "/bin/runc", "", "foo = 1\n[bar]\nx = 2")
+	var m map[string]any
+	_, err := toml.Decode(s, &m)
+	require.NoError(t, err, s)
+	require.EqualValues(t, 1, m["foo"])
+	require.Equal(t, "/tmp/b/shimd.sock", m["socket"])
+	require.Equal(t, "shimd", m["containerd"].(map[string]any)["namespace"])
+	require.Equal(t, "/bin/runc", m["runtimes"].(map[string]any)["runc"].(map[string]any)["binary_name"])
+}
+
+func TestNATRuleParsing(t *testing.T) {
+	line := `-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"shimd-it\" id: \"abc\"" -m multiport --dports 8080 -j CNI-DN-1234`
+	f := splitQuoted(line)
+	require.Equal(t, []string{"-A", "CNI-HOSTPORT-DNAT", "-p", "tcp", "-m", "comment", "--comment",
+		`dnat name: "shimd-it" id: "abc"`, "-m", "multiport", "--dports", "8080", "-j", "CNI-DN-1234"}, f)
+	require.Equal(t, "CNI-DN-1234", jumpTarget(f))
+
+	_, sub, _ := net.ParseCIDR("198.18.7.0/24")
+	require.True(t, mentionsSubnet(strings.Fields("-j DNAT --to-destination 198.18.7.2:80"), sub))
+	require.True(t, mentionsSubnet(strings.Fields("-s 198.18.7.0/24 -j X"), sub))
+	require.False(t, mentionsSubnet(strings.Fields("-s 198.18.8.0/24 -d 127.0.0.1/32"), sub))
+}
+
+func TestParseMountinfo(t *testing.T) {
+	m, ok := parseMountinfo(`36 35 98:0 /mnt1 /tmp/a\040b rw,noatime master:1 - nsfs nsfs rw`)
+	require.True(t, ok)
+	require.Equal(t, mount{Point: "/tmp/a b", FSType: "nsfs", Source: "nsfs"}, m)
+}
+
+func TestDedupeRoots(t *testing.T) {
+	require.Equal(t, []string{"/tmp/a", "/tmp/ab"}, dedupeRoots([]string{"/tmp/a/x", "/tmp/ab", "", "/tmp/a", "/tmp/a/"}))
+}

@@ -1,0 +1,194 @@
+package harness
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// stopGrace is how long a daemon gets between SIGTERM and SIGKILL.
+const stopGrace = 10 * time.Second
+
+// daemon is one background process that the harness started. It is only
+// ever signalled by its own PID.
+type daemon struct {
+	name    string // for messages: "containerd", "shimd"
+	path    string
+	args    []string
+	env     []string // nil: inherit
+	logPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+	err  error         // wait result, valid after done
+}
+
+// start launches the process with stdout and stderr appended to logPath.
+func (d *daemon) start() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd != nil && !isClosed(d.done) {
+		return fmt.Errorf("%s is already running as pid %d", d.name, d.cmd.Process.Pid)
+	}
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "\n===== harness: %s starting at %s: %s %q\n",
+		d.name, time.Now().Format(time.RFC3339Nano), d.path, d.args)
+	cmd := exec.Command(d.path, d.args...)
+	cmd.Env = d.env
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Own process group: a ^C to "go test" does not reach it first,
+		// and if the test binary dies the daemon is told to shut down.
+		Setpgid:   true,
+		Pdeathsig: syscall.SIGTERM,
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", d.name, err)
+	}
+	done := make(chan struct{})
+	d.cmd, d.done, d.err = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		d.mu.Lock()
+		d.err = err
+		d.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+func isClosed(c chan struct{}) bool {
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// pid returns the PID of the running process, or 0.
+func (d *daemon) pid() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd == nil || isClosed(d.done) {
+		return 0
+	}
+	return d.cmd.Process.Pid
+}
+
+// exited returns a channel closed when the current process has exited.
+func (d *daemon) exited() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return d.done
+}
+
+// exitErr is the result of Wait once the process has exited.
+func (d *daemon) exitErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+// signal sends sig to the process by PID and waits up to timeout for it to
+// exit. A zero timeout waits forever. It returns whether the process exited.
+func (d *daemon) signal(sig syscall.Signal, timeout time.Duration) bool {
+	d.mu.Lock()
+	cmd, done := d.cmd, d.done
+	d.mu.Unlock()
+	if cmd == nil || isClosed(done) {
+		return true
+	}
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return isClosed(done)
+	}
+	if timeout == 0 {
+		<-done
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after stopGrace, and waits. It reports
+// whether SIGKILL was needed.
+func (d *daemon) stop() (killed bool) {
+	if d.signal(syscall.SIGTERM, stopGrace) {
+		return false
+	}
+	d.signal(syscall.SIGKILL, 0)
+	return true
+}
+
+// kill sends SIGKILL and waits.
+func (d *daemon) kill() { d.signal(syscall.SIGKILL, 0) }
+
+// logTail returns the last n lines of the daemon's log.
+func (d *daemon) logTail(n int) string {
+	b, err := os.ReadFile(d.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// waitReady polls ready until it succeeds, the process exits, or timeout.
+func (d *daemon) waitReady(timeout time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	exited := d.exited()
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited before it was ready (%v); last log lines:\n%s",
+				d.name, d.exitErr(), d.logTail(40))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %v; last log lines:\n%s",
+				d.name, timeout, err, d.logTail(40))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// logOnFailure registers a cleanup that prints the log tail if t failed.
+func (d *daemon) logOnFailure(t testing.TB) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("harness: last lines of %s log %s:\n%s", d.name, d.logPath, d.logTail(60))
+		}
+	})
+}

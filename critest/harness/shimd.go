@@ -1,0 +1,239 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ShimdOptions configures StartShimd.
+type ShimdOptions struct {
+	// ContainerdAddress is the socket of the containerd shimd uses. Required.
+	ContainerdAddress string
+	// Dir holds the config, log, socket, root, state and CNI dirs. Empty: a
+	// new base directory (see NewBaseDir).
+	Dir string
+	// Runc is the runc binary. Empty: Tools().Runc.
+	Runc string
+	// RuncRoot, if set, is written as [runtimes.runc] root (runc --root).
+	// Empty: the key is left out and shimd uses its default.
+	RuncRoot string
+	// ExtraConfig is raw TOML placed after the top-level keys and before the
+	// [containerd] table: top-level keys and new tables both work. It must not
+	// repeat a key or table the harness writes.
+	ExtraConfig string
+	// NoCNIConfig leaves the CNI conf dir empty (for NetworkReady=false
+	// tests). StartShimd never writes a network itself; New honours this.
+	NoCNIConfig bool
+}
+
+// Shimd is a shimd daemon started by the harness.
+type Shimd struct {
+	dir     string
+	cfgPath string
+	proc    *daemon
+	crictl  string
+}
+
+// StartShimd writes shimd's config and starts "shimd --config <file>" (the
+// binary from SHIMD_BIN, or built once per test binary from ./cmd/shimd),
+// waits up to 30s until its CRI socket answers Version, and registers a
+// cleanup that stops it (SIGTERM, SIGKILL after 10s).
+func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
+	t.Helper()
+	if opts.ContainerdAddress == "" {
+		t.Fatal("harness: ShimdOptions.ContainerdAddress is required")
+	}
+	tools := Tools()
+	runc := or(opts.Runc, tools.Runc)
+	tools.Require(t, runc)
+	bin, err := shimdBinary()
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	dir := opts.Dir
+	if dir == "" {
+		dir = NewBaseDir(t)
+	}
+	s := &Shimd{dir: dir, cfgPath: filepath.Join(dir, "shimd.toml"), crictl: tools.Crictl}
+	for _, d := range []string{s.CNIConfDir(), s.CNICacheDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
+	if len(s.Socket()) > 100 {
+		t.Fatalf("harness: socket path %s is too long for a unix socket", s.Socket())
+	}
+	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig)
+	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	crictlCfg := fmt.Sprintf("runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 60\n", s.Endpoint(), s.Endpoint())
+	if err := os.WriteFile(filepath.Join(dir, "crictl.yaml"), []byte(crictlCfg), 0o644); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	s.proc = &daemon{
+		name:    "shimd",
+		path:    bin,
+		args:    []string{"--config", s.cfgPath},
+		env:     daemonEnv(tools.BinDir),
+		logPath: filepath.Join(dir, "shimd.log"),
+	}
+	s.proc.logOnFailure(t)
+	t.Cleanup(func() {
+		if s.proc.stop() {
+			t.Logf("harness: shimd needed SIGKILL to stop")
+		}
+	})
+	s.Start(t)
+	return s
+}
+
+// shimdConfig renders the TOML file shimd reads. shimd rejects unknown keys.
+func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string) string {
+	q := strconv.Quote
+	var b strings.Builder
+	fmt.Fprintf(&b, "socket = %s\n", q(s.Socket()))
+	fmt.Fprintf(&b, "root_dir = %s\n", q(s.RootDir()))
+	fmt.Fprintf(&b, "state_dir = %s\n", q(s.StateDir()))
+	fmt.Fprintf(&b, "log_level = %s\n", q("debug"))
+	if extra != "" {
+		fmt.Fprintf(&b, "\n%s\n\n", strings.TrimSpace(extra))
+	}
+	fmt.Fprintf(&b, "[containerd]\naddress = %s\nnamespace = %s\n\n", q(containerdAddr), q("shimd"))
+	fmt.Fprintf(&b, "[cni]\nconf_dir = %s\nbin_dirs = [%s]\ncache_dir = %s\n\n",
+		q(s.CNIConfDir()), q(CNIBinDir), q(s.CNICacheDir()))
+	fmt.Fprintf(&b, "[runtimes.runc]\ntype = %s\nbinary_name = %s\n", q("io.containerd.runc.v2"), q(runc))
+	if runcRoot != "" {
+		fmt.Fprintf(&b, "root = %s\n", q(runcRoot))
+	}
+	return b.String()
+}
+
+// Socket is the CRI socket path.
+func (s *Shimd) Socket() string { return filepath.Join(s.dir, "shimd.sock") }
+
+// Endpoint is the CRI endpoint, "unix://" + Socket().
+func (s *Shimd) Endpoint() string { return "unix://" + s.Socket() }
+
+// RootDir is shimd's root_dir.
+func (s *Shimd) RootDir() string { return filepath.Join(s.dir, "root") }
+
+// StateDir is shimd's state_dir.
+func (s *Shimd) StateDir() string { return filepath.Join(s.dir, "state") }
+
+// NetnsDir is where shimd keeps network namespace files (<state_dir>/netns).
+func (s *Shimd) NetnsDir() string { return filepath.Join(s.StateDir(), "netns") }
+
+// CNIConfDir is the CNI conf_dir; write a network there with WriteCNIConfig.
+func (s *Shimd) CNIConfDir() string { return filepath.Join(s.dir, "net.d") }
+
+// CNICacheDir is the CNI cache_dir.
+func (s *Shimd) CNICacheDir() string { return filepath.Join(s.dir, "cni-cache") }
+
+// ConfigPath is the TOML file shimd runs with.
+func (s *Shimd) ConfigPath() string { return s.cfgPath }
+
+// LogPath is shimd's log file (stdout and stderr, appended across restarts).
+func (s *Shimd) LogPath() string { return s.proc.logPath }
+
+// PID of the running daemon, or 0.
+func (s *Shimd) PID() int { return s.proc.pid() }
+
+// Start starts shimd with the same config (again, after Kill9 or Stop) and
+// waits up to 30s until the CRI socket answers Version.
+func (s *Shimd) Start(t testing.TB) {
+	t.Helper()
+	if err := s.proc.start(); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	conn, err := s.dial()
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	defer conn.Close()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	err = s.proc.waitReady(readyTimeout, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+}
+
+// Stop sends SIGTERM and waits (SIGKILL after 10s).
+func (s *Shimd) Stop() { s.proc.stop() }
+
+// Kill9 sends SIGKILL and waits for the process to exit.
+func (s *Shimd) Kill9() { s.proc.kill() }
+
+func (s *Shimd) dial() (*grpc.ClientConn, error) {
+	// Reconnect quickly: tests restart shimd and expect the same client to
+	// work again within a second.
+	bo := backoff.DefaultConfig
+	bo.BaseDelay, bo.MaxDelay = 50*time.Millisecond, time.Second
+	return grpc.NewClient(s.Endpoint(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+}
+
+// Runtime returns a RuntimeService client, closed at the end of the test. It
+// reconnects by itself across Kill9 and Start.
+func (s *Shimd) Runtime(t testing.TB) runtimeapi.RuntimeServiceClient {
+	t.Helper()
+	return runtimeapi.NewRuntimeServiceClient(s.conn(t))
+}
+
+// Images returns an ImageService client, closed at the end of the test.
+func (s *Shimd) Images(t testing.TB) runtimeapi.ImageServiceClient {
+	t.Helper()
+	return runtimeapi.NewImageServiceClient(s.conn(t))
+}
+
+func (s *Shimd) conn(t testing.TB) *grpc.ClientConn {
+	conn, err := s.dial()
+	if err != nil {
+		t.Fatalf("harness: dial %s: %v", s.Endpoint(), err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// Crictl runs the tools' crictl against this shimd (runtime and image
+// endpoints set, --timeout 60s) and returns its stdout. On failure err
+// includes stderr.
+func (s *Shimd) Crictl(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	Tools().Require(t, s.crictl)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	full := append([]string{
+		"--config", filepath.Join(s.dir, "crictl.yaml"),
+		"--runtime-endpoint", s.Endpoint(),
+		"--image-endpoint", s.Endpoint(),
+		"--timeout", "60s",
+	}, args...)
+	cmd := exec.CommandContext(ctx, s.crictl, full...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
