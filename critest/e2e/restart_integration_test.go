@@ -167,11 +167,16 @@ func TestCrictlPods(t *testing.T) {
 	out, err = env.Shimd.Crictl(t, "inspectp", id)
 	require.NoError(t, err, out)
 	var inspect struct {
-		Status runtimeapi.PodSandboxStatus `json:"status"`
+		Status struct {
+			State   string `json:"state"`
+			Network struct {
+				IP string `json:"ip"`
+			} `json:"network"`
+		} `json:"status"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &inspect), out)
-	require.Contains(t, out, `"state": "SANDBOX_READY"`)
-	require.Contains(t, out, env.CNI.Subnet.IP.String()[:7])
+	require.Equal(t, "SANDBOX_READY", inspect.Status.State)
+	requireInSubnet(t, env, inspect.Status.Network.IP)
 
 	out, err = env.Shimd.Crictl(t, "info")
 	require.NoError(t, err, out)
