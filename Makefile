@@ -4,6 +4,8 @@ PREFIX  ?= /usr/local
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/shimd
+# The e2e tests also run against Debian's containerd 1.6 (smoke run).
+SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSandboxes|TestCrictlPods|TestInvalidRequests
 
 .PHONY: all build check test integration integration-1.6 bench install run tools pause clean
 
@@ -18,6 +20,7 @@ check: tools
 	$(GO) vet -tags integration ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -tags integration -count=1 -p 1 -timeout 40m ./...
+	$(MAKE) integration-1.6
 
 # Unit tests: pure logic, no root, no containerd.
 test:
@@ -30,7 +33,7 @@ integration: tools
 
 # The same against Debian's containerd 1.6 and runc 1.1.
 integration-1.6:
-	SHIMD_CONTAINERD=1.6 $(GO) test -tags integration -count=1 -p 1 -timeout 20m -run 'TestSmoke' ./critest/...
+	SHIMD_CONTAINERD=1.6 $(GO) test -tags integration -count=1 -timeout 20m -run '$(SMOKE_1_6)' ./critest/e2e/
 
 # Pod lifecycle through shimd and through containerd's own CRI plugin, same machine.
 bench: tools

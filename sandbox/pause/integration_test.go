@@ -28,6 +28,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/sys/mountinfo"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,12 +134,20 @@ func testDaemon(t *testing.T, d daemon) {
 	require.NoError(t, err)
 	require.True(t, unpacked)
 
-	// Removed behind our back: Forget, and Ensure imports again.
+	// Removed behind our back: Forget, and Ensure imports again, once for
+	// several concurrent callers.
 	require.NoError(t, c.ImageService().Delete(ctx, Ref))
 	imp.Forget()
-	img, err = imp.Ensure(ctx, "overlayfs")
-	require.NoError(t, err)
-	require.Equal(t, want.Manifest.Desc.Digest, img.Target().Digest)
+	imgs := make([]client.Image, 4)
+	var g errgroup.Group
+	for n := range imgs {
+		g.Go(func() (err error) { imgs[n], err = imp.Ensure(ctx, "overlayfs"); return err })
+	}
+	require.NoError(t, g.Wait())
+	for _, i := range imgs {
+		require.Equal(t, want.Manifest.Desc.Digest, i.Target().Digest)
+	}
+	img = imgs[0]
 
 	runPause(ctx, t, c, d, img, dir)
 }

@@ -1,0 +1,29 @@
+// Package runtime implements the CRI RuntimeService of shimd: one file per RPC, thin
+// handlers that validate, delegate and convert (convert.go).
+//
+// RunPodSandbox, end to end:
+//
+//	cmd/shimd interceptor: request id + logger, Unavailable until recovery is done,
+//	    panic -> Internal, errdefs class -> gRPC code (the only place codes are chosen)
+//	runtime.RunPodSandbox: validateSandboxConfig (InvalidArgument naming the field)
+//	sandbox.Manager.Run: reserve the name (a retry joins or reuses the first Run), then,
+//	    detached from the request so a kubelet timeout leaves a whole pod or nothing:
+//	    1. pause image (built in, imported once per snapshotter)
+//	    2. containerd container, phase "creating" (the durable intent record)
+//	    3. hostname, hosts, resolv.conf (from DNSConfig only), /dev/shm tmpfs
+//	    4. network namespace pinned at <state>/netns/<id>
+//	    5. CNI ADD and the pause task, concurrently
+//	    6. record phase "created" with the IPs: READY
+//	    each step pushes its undo; on failure they run in reverse.
+//
+// StopPodSandbox kills the pause task, runs CNI DEL, removes the netns and unmounts
+// /dev/shm; RemovePodSandbox also deletes the container, its snapshot and its files.
+// Both are idempotent and succeed for unknown ids.
+//
+// After a restart sandbox.Manager.Recover rebuilds the store from containerd (see
+// sandbox/recover.go for its assumptions) and sandbox.Manager.Monitor follows task
+// exits, re-reading every sandbox's state whenever it reconnects to containerd.
+//
+// Containers and streaming (CreateContainer/StartContainer, Exec/Attach/PortForward)
+// are not implemented yet; their RPCs answer Unimplemented.
+package runtime
