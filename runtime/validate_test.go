@@ -29,7 +29,10 @@ func TestValidateSandboxConfig(t *testing.T) {
 		{name: "no uid", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Uid = ""; return c }, field: "config.metadata.uid"},
 		{name: "underscore in name", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Name = "a_b"; return c }, field: "config.metadata.name"},
 		{name: "relative log dir", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.LogDirectory = "logs"; return c }, field: "config.log_directory"},
-		{name: "log dir escape", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.LogDirectory = "/var/log/../etc"; return c }, field: "config.log_directory"},
+		{name: "log dir escape", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.LogDirectory = "/var/log/../etc"
+			return c
+		}, field: "config.log_directory"},
 		{name: "cgroup parent escape", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
 			c.Linux = &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/kubepods/../x"}
 			return c

@@ -21,8 +21,12 @@ type Network interface {
 	Ready() error
 }
 
-// PauseImageFunc returns the pause image, unpacked for the snapshotter.
-type PauseImageFunc func(ctx context.Context, snapshotter string) (client.Image, error)
+// PauseImages provides the pause image, unpacked for a snapshotter. Ensure may cache;
+// Forget drops the cache after the image turned out to be gone.
+type PauseImages interface {
+	Ensure(ctx context.Context, snapshotter string) (client.Image, error)
+	Forget()
+}
 
 // Runtime is one runtime handler: a containerd runtime (shim) and its options.
 type Runtime struct {
@@ -41,7 +45,7 @@ type Options struct {
 	Runtimes       map[string]Runtime
 	DefaultRuntime string
 	Network        Network
-	PauseImage     PauseImageFunc
+	PauseImage     PauseImages
 	PauseImageRef  string
 	// MinOOMScoreAdj is shimd's own oom_score_adj; nothing is given less.
 	MinOOMScoreAdj int

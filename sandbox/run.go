@@ -69,33 +69,14 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		}
 	}()
 
-	snapshotter := rt.Snapshotter
-	image, err := m.opts.PauseImage(ctx, snapshotter)
-	if err != nil {
-		return nil, fmt.Errorf("pause image: %w", err)
+	container, err := m.createPauseContainer(ctx, sb, rt)
+	if errdefs.IsNotFound(err) {
+		// The cached pause image was removed behind shimd's back: ensure it again.
+		m.opts.PauseImage.Forget()
+		container, err = m.createPauseContainer(ctx, sb, rt)
 	}
-	args, env, err := m.imageProcess(ctx, image)
 	if err != nil {
 		return nil, err
-	}
-	spec, err := PauseSpec(PauseSpecInput{
-		ID: sb.ID, Namespace: m.opts.Namespace, Config: cfg, ImageArgs: args, ImageEnv: env,
-		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pause spec: %w", err)
-	}
-
-	container, err := m.opts.Client.NewContainer(ctx, sb.ID,
-		client.WithSnapshotter(snapshotter),
-		client.WithNewSnapshot(sb.ID, image),
-		client.WithImageName(image.Name()),
-		client.WithRuntime(rt.Type, rt.Options),
-		client.WithSpec(spec),
-		withRecord(sb, PhaseCreating),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("create pause container: %w", err)
 	}
 	undo.push(func(ctx context.Context) error {
 		return container.Delete(ctx, client.WithSnapshotCleanup)
@@ -139,6 +120,37 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	}
 	log.G(ctx).WithField("ips", sb.IPs).Info("sandbox ready")
 	return sb, nil
+}
+
+// createPauseContainer writes the sandbox's containerd container, phase "creating".
+func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runtime) (client.Container, error) {
+	image, err := m.opts.PauseImage.Ensure(ctx, rt.Snapshotter)
+	if err != nil {
+		return nil, fmt.Errorf("pause image: %w", err)
+	}
+	args, env, err := m.imageProcess(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := PauseSpec(PauseSpecInput{
+		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: args, ImageEnv: env,
+		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pause spec: %w", err)
+	}
+	container, err := m.opts.Client.NewContainer(ctx, sb.ID,
+		client.WithSnapshotter(rt.Snapshotter),
+		client.WithNewSnapshot(sb.ID, image),
+		client.WithImageName(image.Name()),
+		client.WithRuntime(rt.Type, rt.Options),
+		client.WithSpec(spec),
+		withRecord(sb, PhaseCreating),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create pause container: %w", err)
+	}
+	return container, nil
 }
 
 func (m *Manager) startTask(ctx context.Context, container client.Container) (client.Task, error) {
