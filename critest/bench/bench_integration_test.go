@@ -1,0 +1,221 @@
+//go:build integration
+
+// Run as root: make bench (see the package comment in stats.go).
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+	"github.com/shimd/shimd/sandbox/pause"
+)
+
+const (
+	rounds     = 20 // timed rounds per runtime
+	warmup     = 2  // untimed rounds per runtime before them
+	rpcTimeout = 2 * time.Minute
+	criNS      = "k8s.io" // containerd's CRI plugin namespace
+)
+
+// ops are the timed RPCs, in the order of one pod's lifecycle.
+var ops = []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"}
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+// target is one CRI runtime under test and the latencies measured on it.
+type target struct {
+	name    string // "shimd" or "containerd"; also the metric prefix
+	rt      runtimeapi.RuntimeServiceClient
+	samples map[string][]time.Duration // by op
+}
+
+// BenchmarkPodLifecycle times RunPodSandbox, StopPodSandbox and
+// RemovePodSandbox through shimd and through containerd's own CRI plugin.
+// Both run on the same containerd (namespaces "shimd" and "k8s.io"), the same
+// runc and the same CNI network (bridge + host-local + portmap), from the
+// same pause image bytes. Rounds are interleaved (shimd round i, then
+// containerd round i) so background noise hits both alike. The benchmark
+// ignores b.N: one run does the fixed number of rounds (use -benchtime 1x).
+func BenchmarkPodLifecycle(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("the benchmark needs root")
+	}
+	// containerd with its CRI plugin, the CNI network in <base>/net.d (the
+	// CRI plugin's conf dir), and a leak check of namespace k8s.io.
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true}})
+	// shimd in the same base dir: same containerd, same CNI conf dir (hence
+	// the same bridge and IPAM data dir), its own runc root.
+	shimd := harness.StartShimd(b, harness.ShimdOptions{
+		ContainerdAddress: env.Containerd.Address(),
+		Dir:               env.Base,
+		RuncRoot:          filepath.Join(env.Base, "runc"),
+	})
+	// Registered after StartShimd, so it runs while shimd is still up.
+	b.Cleanup(func() {
+		harness.AssertNoLeaks(b, harness.LeakCheck{
+			Containerd: env.Containerd, Namespace: "shimd", Shimd: shimd, CNI: env.CNI,
+			MountRoots: []string{env.Base},
+		})
+	})
+
+	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(b, err)
+	b.Cleanup(func() { conn.Close() })
+	importSandboxImage(b, env, runtimeapi.NewImageServiceClient(conn))
+	criRT := runtimeapi.NewRuntimeServiceClient(conn)
+	waitCRIReady(b, criRT)
+
+	targets := []*target{
+		{name: "shimd", rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
+		{name: "containerd", rt: criRT, samples: map[string][]time.Duration{}},
+	}
+	for round := -warmup; round < rounds; round++ {
+		for _, tg := range targets {
+			tg.lifecycle(b, round, env.CNI.Subnet)
+		}
+	}
+
+	for _, tg := range targets {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		resp, err := tg.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		cancel()
+		require.NoError(b, err)
+		require.Empty(b, resp.Items, "%s still lists pods", tg.name)
+	}
+	report(b, targets[0], targets[1])
+}
+
+// importSandboxImage makes containerd's CRI find its sandbox image locally
+// (there is no registry): it imports shimd's built-in pause image into
+// namespace k8s.io and names it harness.DefaultSandboxImage, labelled as
+// CRI's own PullImage would, then waits until CRI's ImageStatus sees it.
+func importSandboxImage(b *testing.B, env *harness.Env, is runtimeapi.ImageServiceClient) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	nsCtx := namespaces.WithNamespace(ctx, criNS)
+	cl := env.Containerd.Client(b)
+	img, err := pause.Ensure(nsCtx, cl, "overlayfs")
+	require.NoError(b, err)
+	_, err = cl.ImageService().Create(nsCtx, images.Image{
+		Name:   harness.DefaultSandboxImage,
+		Target: img.Target(),
+		Labels: map[string]string{"io.cri-containerd.image": "managed", "io.cri-containerd.pinned": "pinned"},
+	})
+	require.NoError(b, err)
+
+	// The CRI plugin learns of the record from an event: poll.
+	want := pause.Build().Config.Desc.Digest.String() // CRI's image id
+	require.Eventually(b, func() bool {
+		resp, err := is.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: harness.DefaultSandboxImage}})
+		return err == nil && resp.Image != nil && resp.Image.Id == want
+	}, 30*time.Second, 100*time.Millisecond, "CRI ImageStatus does not see %s as %s", harness.DefaultSandboxImage, want)
+}
+
+// waitCRIReady waits until containerd's CRI reports RuntimeReady and
+// NetworkReady (it loads the CNI conf asynchronously).
+func waitCRIReady(b *testing.B, rt runtimeapi.RuntimeServiceClient) {
+	b.Helper()
+	require.Eventually(b, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+		if err != nil {
+			return false
+		}
+		ready := 0
+		for _, c := range st.Status.Conditions {
+			if (c.Type == runtimeapi.RuntimeReady || c.Type == runtimeapi.NetworkReady) && c.Status {
+				ready++
+			}
+		}
+		return ready == 2
+	}, 30*time.Second, 200*time.Millisecond, "containerd CRI runtime and network not ready")
+}
+
+// lifecycle runs, stops and removes one pod, timing each RPC. Negative
+// rounds are warm-up: not recorded, but they check the pod got a CNI address.
+func (tg *target) lifecycle(b *testing.B, round int, subnet *net.IPNet) {
+	b.Helper()
+	name := fmt.Sprintf("bench-%s-%d", tg.name, round+warmup)
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{
+			Name: name, Namespace: "bench", Uid: fmt.Sprintf("%s-%d-%d", name, os.Getpid(), time.Now().UnixNano()),
+		},
+		Hostname:  name,
+		DnsConfig: &runtimeapi.DNSConfig{Servers: []string{"198.18.255.53"}},
+		Linux:     &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{}},
+	}
+	var id string
+	tg.timed(b, round, "RunPodSandbox", func(ctx context.Context) error {
+		resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		id = resp.GetPodSandboxId()
+		return err
+	})
+	if round < 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		st, err := tg.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+		cancel()
+		require.NoError(b, err)
+		ip := net.ParseIP(st.GetStatus().GetNetwork().GetIp())
+		require.True(b, ip != nil && subnet.Contains(ip), "%s pod %s: IP %v not in %s", tg.name, id, ip, subnet)
+	}
+	tg.timed(b, round, "StopPodSandbox", func(ctx context.Context) error {
+		_, err := tg.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+		return err
+	})
+	tg.timed(b, round, "RemovePodSandbox", func(ctx context.Context) error {
+		_, err := tg.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+		return err
+	})
+}
+
+// timed runs one RPC and, unless round is a warm-up, records how long it took.
+func (tg *target) timed(b *testing.B, round int, op string, call func(context.Context) error) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	start := time.Now()
+	err := call(ctx)
+	took := time.Since(start)
+	require.NoError(b, err, "%s %s, round %d", tg.name, op, round)
+	if round >= 0 {
+		tg.samples[op] = append(tg.samples[op], took)
+	}
+}
+
+// report prints the table to stdout (shown by go test -bench without -v)
+// and reports the p50s and their ratios as benchmark metrics.
+func report(b *testing.B, shimd, cd *target) {
+	var out strings.Builder
+	fmt.Fprintf(&out, "\npod sandbox lifecycle: %d rounds per runtime after %d warm-up rounds, interleaved\n", rounds, warmup)
+	fmt.Fprintf(&out, "%-18s %10s %10s %15s %15s  %s\n",
+		"operation", "shimd p50", "shimd p90", "containerd p50", "containerd p90", "ratio p50 (shimd/containerd)")
+	b.ReportMetric(0, "ns/op") // the whole run's time per op means nothing here
+	for _, op := range ops {
+		s50, s90 := percentile(shimd.samples[op], 50), percentile(shimd.samples[op], 90)
+		c50, c90 := percentile(cd.samples[op], 50), percentile(cd.samples[op], 90)
+		ratio := ms(s50) / ms(c50)
+		fmt.Fprintf(&out, "%-18s %8.1fms %8.1fms %13.1fms %13.1fms  %.2fx\n", op, ms(s50), ms(s90), ms(c50), ms(c90), ratio)
+		short := strings.ToLower(strings.TrimSuffix(op, "PodSandbox")) // run, stop, remove
+		b.ReportMetric(ms(s50), shimd.name+"-"+short+"-p50-ms")
+		b.ReportMetric(ms(c50), cd.name+"-"+short+"-p50-ms")
+		b.ReportMetric(ratio, short+"-ratio")
+	}
+	fmt.Fprint(os.Stdout, out.String())
+}
