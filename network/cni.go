@@ -29,7 +29,6 @@ type Options struct {
 type CNI struct {
 	opts Options
 	cni  *libcni.CNIConfig
-	lo   *libcni.NetworkConfigList
 
 	mu      sync.Mutex
 	list    *libcni.NetworkConfigList
@@ -71,14 +70,9 @@ type Result struct {
 
 // NewCNI prepares a CNI manager; a missing or invalid config is reported by Ready.
 func NewCNI(opts Options) (*CNI, error) {
-	lo, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"0.3.1","name":"shimd-loopback","plugins":[{"type":"loopback"}]}`))
-	if err != nil {
-		return nil, err
-	}
 	c := &CNI{
 		opts: opts,
 		cni:  libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, nil),
-		lo:   lo,
 	}
 	c.Reload()
 	return c, nil
@@ -173,14 +167,14 @@ func (c *CNI) runtimeConf(a Attachment, ifName string) *libcni.RuntimeConf {
 	}
 }
 
-// Setup brings up loopback and attaches the pod to the network as eth0.
+// Setup brings loopback up (directly over netlink: it needs no plugin) and attaches the pod to the network as eth0.
 func (c *CNI) Setup(ctx context.Context, a Attachment) (*Result, error) {
 	list, err := c.network()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.cni.AddNetworkList(ctx, c.lo, c.runtimeConf(Attachment{ID: a.ID, NetNSPath: a.NetNSPath}, "lo")); err != nil {
-		return nil, fmt.Errorf("cni loopback: %w", err)
+	if err := loopbackUp(a.NetNSPath); err != nil {
+		return nil, err
 	}
 	res, err := c.cni.AddNetworkList(ctx, list, c.runtimeConf(a, "eth0"))
 	if err != nil {
@@ -203,10 +197,6 @@ func (c *CNI) Teardown(ctx context.Context, a Attachment) error {
 	}
 	if err := c.cni.DelNetworkList(ctx, list, c.runtimeConf(a, "eth0")); err != nil {
 		return fmt.Errorf("cni del network %s: %w", list.Name, err)
-	}
-	if a.NetNSPath != "" {
-		// The loopback plugin keeps a cache entry like any other; release it too.
-		_ = c.cni.DelNetworkList(ctx, c.lo, c.runtimeConf(Attachment{ID: a.ID, NetNSPath: a.NetNSPath}, "lo"))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -102,4 +103,18 @@ func InNetNS(path string, fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// loopbackUp sets the loopback interface of the namespace at path up.
+func loopbackUp(path string) error {
+	return InNetNS(path, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return fmt.Errorf("find loopback: %w", err)
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return fmt.Errorf("set loopback up: %w", err)
+		}
+		return nil
+	})
 }

@@ -69,6 +69,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		}
 	}()
 
+	t0 := time.Now()
 	container, err := m.createPauseContainer(ctx, sb, rt)
 	if errdefs.IsNotFound(err) {
 		// The cached pause image was removed behind shimd's back: ensure it again.
@@ -82,6 +83,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		return container.Delete(ctx, client.WithSnapshotCleanup)
 	})
 
+	t1 := time.Now()
 	undoFiles, err := m.writeFiles(sb)
 	if err != nil {
 		return nil, err
@@ -97,9 +99,12 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 
 	// The pause process needs only the namespace to exist, not the network inside it,
 	// so the CNI plugins and the shim start in parallel.
+	t2 := time.Now()
+	var tNet time.Duration
 	netc := make(chan error, 1)
-	go func() { netc <- m.setupNetwork(ctx, sb) }()
+	go func() { netc <- m.setupNetwork(ctx, sb); tNet = time.Since(t2) }()
 	task, taskErr := m.startTask(ctx, container)
+	tTask := time.Since(t2)
 	netErr := <-netc
 	if sb.NetNSPath != "" {
 		// Even a failed ADD may hold an address: DEL releases whatever it got.
@@ -118,7 +123,8 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	if err := container.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
-	log.G(ctx).WithField("ips", sb.IPs).Info("sandbox ready")
+	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s record=%s",
+		t1.Sub(t0), t2.Sub(t1), tNet, tTask, time.Since(t2)-max(tNet, tTask))).Info("sandbox ready")
 	return sb, nil
 }
 

@@ -31,20 +31,27 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	sb.mu.Lock()
 	defer sb.mu.Unlock() // serialises Stop/Remove of one sandbox; no store lock held
-	if err := m.deleteTask(ctx, sb.ID); err != nil {
+	// The pause task and the network go down concurrently: CNI DEL needs only the
+	// pinned namespace, not the process in it.
+	netc := make(chan error, 1)
+	go func() {
+		if sb.stopped || sb.NetNSPath == "" {
+			netc <- nil
+			return
+		}
+		if err := m.opts.Network.Teardown(ctx, m.attachment(sb)); err != nil {
+			netc <- fmt.Errorf("tear down network of sandbox %s: %w", sb.ID, err)
+			return
+		}
+		netc <- network.RemoveNetNS(sb.NetNSPath)
+	}()
+	taskErr := m.deleteTask(ctx, sb.ID)
+	if err := errors.Join(taskErr, <-netc); err != nil {
 		return err
 	}
 	sb.state = StateNotReady
 	if sb.stopped {
 		return nil
-	}
-	if sb.NetNSPath != "" {
-		if err := m.opts.Network.Teardown(ctx, m.attachment(sb)); err != nil {
-			return fmt.Errorf("tear down network of sandbox %s: %w", sb.ID, err)
-		}
-		if err := network.RemoveNetNS(sb.NetNSPath); err != nil {
-			return err
-		}
 	}
 	if err := m.unmountShm(sb.ID); err != nil {
 		return err
