@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/sirupsen/logrus"
@@ -81,7 +82,25 @@ type StreamingConfig struct {
 type RegistryConfig struct {
 	// ConfigPath is a directory of hosts.toml files in containerd's format.
 	ConfigPath string `toml:"config_path"`
+	// PullProgressTimeout cancels a pull that receives nothing for this long.
+	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
 }
+
+// Duration is a time.Duration written as a string ("5m", "30s") in TOML.
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText renders the duration as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
 // DefaultConfig returns the configuration used when no file is given.
 func DefaultConfig() Config {
@@ -106,6 +125,7 @@ func DefaultConfig() Config {
 			"runc": {Type: "io.containerd.runc.v2"},
 		},
 		Streaming: StreamingConfig{Address: "127.0.0.1"},
+		Registry:  RegistryConfig{PullProgressTimeout: Duration(5 * time.Minute)},
 	}
 }
 
@@ -182,6 +202,9 @@ func (c *Config) Validate() error {
 	}
 	if _, ok := c.Runtimes[c.DefaultRuntime]; !ok {
 		return fmt.Errorf("config key default_runtime: %q is not defined under [runtimes]", c.DefaultRuntime)
+	}
+	if c.Registry.PullProgressTimeout <= 0 {
+		return fmt.Errorf("config key registry.pull_progress_timeout: must be positive, got %s", time.Duration(c.Registry.PullProgressTimeout))
 	}
 	if c.Streaming.Port < 0 || c.Streaming.Port > 65535 {
 		return fmt.Errorf("config key streaming.port: %d is out of range 0-65535", c.Streaming.Port)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -36,6 +37,10 @@ func TestLoadConfig(t *testing.T) {
 		{name: "undefined default runtime", file: "default_runtime = \"kata\"\n", wantErr: "config key default_runtime"},
 		{name: "runtime without type", file: "[runtimes.kata]\nbinary_name = \"kata\"\n", wantErr: "config key runtimes.kata.type"},
 		{name: "port out of range", file: "[streaming]\nport = 70000\n", wantErr: "config key streaming.port"},
+		{name: "pull progress timeout", file: "[registry]\npull_progress_timeout = \"30s\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, Duration(30*time.Second), c.Registry.PullProgressTimeout)
+		}},
+		{name: "bad duration", file: "[registry]\npull_progress_timeout = \"soon\"\n", wantErr: "pull_progress_timeout"},
 		{name: "type mismatch", file: "[streaming]\nport = \"x\"\n", wantErr: "port"},
 	}
 	for _, tt := range tests {

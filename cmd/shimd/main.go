@@ -18,9 +18,11 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/log"
 
+	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/runtime"
 	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/sandbox/pause"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -118,7 +120,7 @@ func run(cfg Config) error {
 	}
 	defer os.Remove(cfg.Socket)
 	var ready atomic.Bool
-	srv := newGRPCServer(&ready, w.runtime, nil)
+	srv := newGRPCServer(&ready, w.runtime, w.images)
 
 	go recoverUntilDone(ctx, w.sandboxes, &ready)
 	go w.sandboxes.Monitor(ctx)
@@ -129,11 +131,13 @@ func run(cfg Config) error {
 type wiring struct {
 	sandboxes *sandbox.Manager
 	runtime   *runtime.Service
+	images    *image.Service
 }
 
 // wire builds the services from the config.
 func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 	runtimes := map[string]sandbox.Runtime{}
+	snapshotters := map[string]string{"": cfg.Containerd.Snapshotter}
 	var handlers []string
 	for name, rc := range cfg.Runtimes {
 		snap := rc.Snapshotter
@@ -145,14 +149,21 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 			Options:     &options.Options{BinaryName: rc.BinaryName, Root: rc.Root, SystemdCgroup: rc.SystemdCgroup},
 			Snapshotter: snap,
 		}
+		snapshotters[name] = snap
 		handlers = append(handlers, name)
 	}
 	sort.Strings(handlers)
-	pauseRef, pauseFn := pauseImage(cfg, cl)
+	snapshotters[""] = snapshotters[cfg.DefaultRuntime]
+	images := image.New(image.Options{
+		Client: cl, Snapshotters: snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath,
+		NoProgressTimeout: time.Duration(cfg.Registry.PullProgressTimeout), PinnedLabel: pause.PinnedLabel,
+	})
+	pauseRef, pauseImages := pauseImage(cfg, cl, images)
+	images.Pin(pauseRef)
 	sandboxes := sandbox.NewManager(sandbox.Options{
 		Client: cl, Namespace: cfg.Containerd.Namespace, RootDir: cfg.RootDir, StateDir: cfg.StateDir,
 		CgroupDriver: cfg.CgroupDriver, Runtimes: runtimes, DefaultRuntime: cfg.DefaultRuntime,
-		Network: cni, PauseImage: pauseFn, PauseImageRef: pauseRef,
+		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef,
 		MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
 	})
 	cfgJSON, _ := json.Marshal(cfg)
@@ -160,7 +171,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 		Client: cl, Sandboxes: sandboxes, Network: cni, Version: version, ConfigJSON: string(cfgJSON),
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 	})
-	return wiring{sandboxes: sandboxes, runtime: rs}
+	return wiring{sandboxes: sandboxes, runtime: rs, images: images}
 }
 
 // recoverUntilDone retries recovery until containerd answers; until then every RPC but

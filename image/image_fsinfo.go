@@ -1,0 +1,83 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ImageFsInfo reports the filesystem of each snapshotter in use: committed snapshots
+// (image layers) as the image filesystem, active ones (container layers) as the
+// container filesystem, both at the snapshotter's root directory.
+func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	resp := &runtimeapi.ImageFsInfoResponse{}
+	seen := map[string]bool{}
+	for _, sn := range s.opts.Snapshotters {
+		if seen[sn] {
+			continue
+		}
+		seen[sn] = true
+		root, err := s.snapshotterRoot(ctx, sn)
+		if err != nil {
+			return nil, err
+		}
+		image, container, err := s.usage(ctx, sn)
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now().UnixNano()
+		resp.ImageFilesystems = append(resp.ImageFilesystems, fsUsage(root, now, image))
+		resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(root, now, container))
+	}
+	return resp, nil
+}
+
+func fsUsage(root string, now int64, u snapshots.Usage) *runtimeapi.FilesystemUsage {
+	return &runtimeapi.FilesystemUsage{
+		Timestamp:  now,
+		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: root},
+		UsedBytes:  &runtimeapi.UInt64Value{Value: uint64(u.Size)},
+		InodesUsed: &runtimeapi.UInt64Value{Value: uint64(u.Inodes)},
+	}
+}
+
+// usage adds up the snapshots of shimd's namespace: committed and active.
+func (s *Service) usage(ctx context.Context, snapshotter string) (committed, active snapshots.Usage, err error) {
+	sn := s.opts.Client.SnapshotService(snapshotter)
+	var infos []snapshots.Info
+	if err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		infos = append(infos, info)
+		return nil
+	}); err != nil {
+		return committed, active, fmt.Errorf("walk snapshots of %s: %w", snapshotter, err)
+	}
+	for _, info := range infos {
+		u, err := sn.Usage(ctx, info.Name)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if info.Kind == snapshots.KindCommitted {
+			committed.Add(u)
+		} else {
+			active.Add(u)
+		}
+	}
+	return committed, active, nil
+}
+
+// snapshotterRoot asks containerd where the snapshotter keeps its data.
+func (s *Service) snapshotterRoot(ctx context.Context, snapshotter string) (string, error) {
+	resp, err := s.opts.Client.IntrospectionService().Plugins(ctx, fmt.Sprintf(`type==io.containerd.snapshotter.v1,id==%s`, snapshotter))
+	if err != nil {
+		return "", fmt.Errorf("find snapshotter %s: %w", snapshotter, err)
+	}
+	for _, p := range resp.GetPlugins() {
+		if root := p.GetExports()["root"]; root != "" {
+			return root, nil
+		}
+	}
+	return "", fmt.Errorf("snapshotter %s reports no root directory", snapshotter)
+}

@@ -1,0 +1,85 @@
+// Package image implements the CRI ImageService on containerd's image, content and
+// snapshot stores: pull (mirrors from hosts.toml, credentials, a no-progress timeout,
+// shared concurrent pulls), list, status, remove and filesystem info. It imports none
+// of shimd's other packages.
+package image
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/platforms"
+	"golang.org/x/sync/singleflight"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Options configures the image service.
+type Options struct {
+	Client *client.Client
+	// Snapshotters maps runtime handler names to snapshotters; "" is the default's.
+	Snapshotters map[string]string
+	// RegistryConfigPath is a directory of hosts.toml files in containerd's format.
+	RegistryConfigPath string
+	// NoProgressTimeout cancels a pull that receives no bytes for this long.
+	NoProgressTimeout time.Duration
+	// Pinned names images the kubelet must never garbage-collect (the sandbox image).
+	Pinned []string
+	// PinnedLabel marks image records as pinned (set on the built-in pause image).
+	PinnedLabel string
+}
+
+// Service implements runtimeapi.ImageServiceServer.
+type Service struct {
+	runtimeapi.UnimplementedImageServiceServer
+	opts     Options
+	platform platforms.MatchComparer
+	pulls    singleflight.Group
+
+	// meta caches what shimd derives from an image's content, by manifest digest; it
+	// never changes for a digest.
+	mu   sync.Mutex
+	meta map[string]*imageMeta
+}
+
+// New makes the image service.
+func New(opts Options) *Service {
+	if opts.NoProgressTimeout == 0 {
+		opts.NoProgressTimeout = 5 * time.Minute
+	}
+	return &Service{opts: opts, platform: platforms.Default(), meta: map[string]*imageMeta{}}
+}
+
+var _ runtimeapi.ImageServiceServer = (*Service)(nil)
+
+// Pin marks an image name as pinned; call before serving.
+func (s *Service) Pin(name string) { s.opts.Pinned = append(s.opts.Pinned, name) }
+
+func (s *Service) snapshotter(handler string) string {
+	if sn, ok := s.opts.Snapshotters[handler]; ok {
+		return sn
+	}
+	return s.opts.Snapshotters[""]
+}
+
+func (s *Service) isPinned(name string, labels map[string]string) bool {
+	if s.opts.PinnedLabel != "" && labels[s.opts.PinnedLabel] != "" {
+		return true
+	}
+	for _, p := range s.opts.Pinned {
+		if p == name {
+			return true
+		}
+	}
+	return false
+}
+
+// ctxErr reports the caller's context error, if any, so that a deadline is reported as
+// DeadlineExceeded rather than as whatever the cancelled call returned.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}

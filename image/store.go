@@ -1,0 +1,200 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// imageMeta is what shimd derives from an image's content.
+type imageMeta struct {
+	ID     digest.Digest // config digest: the CRI image id
+	Size   int64         // compressed size of config and layers
+	Config ocispec.Image
+}
+
+// Image is one CRI image: every image record in containerd that resolves to the same
+// config digest.
+type Image struct {
+	ID          string
+	RepoTags    []string
+	RepoDigests []string
+	Size        uint64
+	Pinned      bool
+	Config      ocispec.Image
+	// Records are the containerd image record names.
+	Records []string
+	// Target is the manifest (or index) of one of the records.
+	Target ocispec.Descriptor
+}
+
+// metaFor reads (once per manifest digest) the config and size of an image.
+func (s *Service) metaFor(ctx context.Context, img images.Image) (*imageMeta, error) {
+	key := img.Target.Digest.String()
+	s.mu.Lock()
+	m, ok := s.meta[key]
+	s.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	cs := s.opts.Client.ContentStore()
+	cfgDesc, err := img.Config(ctx, cs, s.platform)
+	if err != nil {
+		return nil, fmt.Errorf("image %s config: %w", img.Name, err)
+	}
+	size, err := img.Size(ctx, cs, s.platform)
+	if err != nil {
+		return nil, fmt.Errorf("image %s size: %w", img.Name, err)
+	}
+	raw, err := readBlob(ctx, s, cfgDesc)
+	if err != nil {
+		return nil, err
+	}
+	m = &imageMeta{ID: cfgDesc.Digest, Size: size}
+	if err := json.Unmarshal(raw, &m.Config); err != nil {
+		return nil, fmt.Errorf("image %s config: %w", img.Name, err)
+	}
+	s.mu.Lock()
+	s.meta[key] = m
+	s.mu.Unlock()
+	return m, nil
+}
+
+func readBlob(ctx context.Context, s *Service, desc ocispec.Descriptor) ([]byte, error) {
+	ra, err := s.opts.Client.ContentStore().ReaderAt(ctx, desc)
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", desc.Digest, err)
+	}
+	defer ra.Close()
+	buf := make([]byte, ra.Size())
+	if _, err := ra.ReadAt(buf, 0); err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", desc.Digest, err)
+	}
+	return buf, nil
+}
+
+// List returns every image, grouped by id, sorted by id. Records whose content is
+// missing (an interrupted pull, content removed underneath) are left out.
+func (s *Service) List(ctx context.Context) ([]*Image, error) {
+	records, err := s.opts.Client.ImageService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	byID := map[string]*Image{}
+	for _, rec := range records {
+		m, err := s.metaFor(ctx, rec)
+		if err != nil {
+			continue
+		}
+		id := m.ID.String()
+		img, ok := byID[id]
+		if !ok {
+			img = &Image{ID: id, Size: uint64(m.Size), Config: m.Config, Target: rec.Target}
+			byID[id] = img
+		}
+		img.Records = append(img.Records, rec.Name)
+		img.Pinned = img.Pinned || s.isPinned(rec.Name, rec.Labels)
+		ref, err := ParseRef(rec.Name)
+		if err != nil || rec.Name != ref.Name {
+			continue // not a reference name (e.g. an id record)
+		}
+		if ref.Digest == "" {
+			img.RepoTags = appendUnique(img.RepoTags, ref.Name)
+		}
+		img.RepoDigests = appendUnique(img.RepoDigests, ref.Repo+"@"+rec.Target.Digest.String())
+	}
+	out := make([]*Image, 0, len(byID))
+	for _, img := range byID {
+		sort.Strings(img.RepoTags)
+		sort.Strings(img.RepoDigests)
+		out = append(out, img)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Find resolves a reference, an image id or a unique id prefix to a local image.
+func (s *Service) Find(ctx context.Context, ref string) (*Image, error) {
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if img := match(all, ref); img != nil {
+		return img, nil
+	}
+	return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+}
+
+func match(all []*Image, ref string) *Image {
+	if d, ok := isImageID(ref); ok {
+		for _, img := range all {
+			if img.ID == d.String() {
+				return img
+			}
+		}
+	}
+	if r, err := ParseRef(ref); err == nil {
+		for _, img := range all {
+			for _, name := range img.Records {
+				if name == r.Name {
+					return img
+				}
+			}
+			for _, d := range img.RepoDigests {
+				if d == r.Name {
+					return img
+				}
+			}
+		}
+	}
+	// A unique prefix of an id, with or without "sha256:".
+	prefix := strings.TrimPrefix(ref, "sha256:")
+	if len(prefix) < 4 || strings.ContainsAny(prefix, ":/@") {
+		return nil
+	}
+	var found *Image
+	for _, img := range all {
+		if strings.HasPrefix(strings.TrimPrefix(img.ID, "sha256:"), prefix) {
+			if found != nil {
+				return nil
+			}
+			found = img
+		}
+	}
+	return found
+}
+
+func appendUnique(list []string, v string) []string {
+	for _, x := range list {
+		if x == v {
+			return list
+		}
+	}
+	return append(list, v)
+}
+
+// toCRI converts an image to its CRI form, with uid or username from the image's USER.
+func toCRI(img *Image) *runtimeapi.Image {
+	out := &runtimeapi.Image{
+		Id: img.ID, RepoTags: img.RepoTags, RepoDigests: img.RepoDigests, Size: img.Size,
+		Spec: &runtimeapi.ImageSpec{Image: img.ID}, Pinned: img.Pinned,
+	}
+	user := img.Config.Config.User
+	if u, _, _ := strings.Cut(user, ":"); u != "" {
+		if uid, err := strconv.ParseInt(u, 10, 64); err == nil {
+			out.Uid = &runtimeapi.Int64Value{Value: uid}
+		} else {
+			out.Username = u
+		}
+	}
+	return out
+}
