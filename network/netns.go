@@ -118,3 +118,31 @@ func loopbackUp(path string) error {
 		return nil
 	})
 }
+
+// InterfaceStats are the counters of one interface of a pod.
+type InterfaceStats struct {
+	Name              string
+	RxBytes, RxErrors uint64
+	TxBytes, TxErrors uint64
+}
+
+// Interfaces returns the counters of every non-loopback interface in the namespace.
+func Interfaces(path string) ([]InterfaceStats, error) {
+	var out []InterfaceStats
+	err := InNetNS(path, func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			a := l.Attrs()
+			if a.Name == "lo" || a.Statistics == nil {
+				continue
+			}
+			out = append(out, InterfaceStats{Name: a.Name, RxBytes: a.Statistics.RxBytes, RxErrors: a.Statistics.RxErrors,
+				TxBytes: a.Statistics.TxBytes, TxErrors: a.Statistics.TxErrors})
+		}
+		return nil
+	})
+	return out, err
+}

@@ -6,10 +6,16 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// RemovePodSandbox removes the pod, stopping it first; an unknown id succeeds.
+// RemovePodSandbox removes the pod's containers and the pod, stopping it first; an
+// unknown id succeeds.
 func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
+	}
+	if sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId()); err == nil {
+		if err := s.removePodContainers(ctx, sb.ID); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.opts.Sandboxes.Remove(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, err

@@ -6,10 +6,15 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// StopPodSandbox stops the pod; an unknown id succeeds.
+// StopPodSandbox kills the pod's containers and stops the pod; an unknown id succeeds.
 func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
+	}
+	if sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId()); err == nil {
+		if err := s.stopPodContainers(ctx, sb.ID); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.opts.Sandboxes.Stop(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/sandbox"
 )
 
@@ -15,11 +16,28 @@ type Network interface {
 	SetPodCIDR(cidr string)
 }
 
+// Images is what containers need from the image service.
+type Images interface {
+	Find(ctx context.Context, ref string) (*image.Image, error)
+}
+
 // Options configures the RuntimeService.
 type Options struct {
 	Client    *client.Client
 	Sandboxes *sandbox.Manager
 	Network   Network
+	Images    Images
+	// RootDir keeps container status files; StateDir the stdio FIFOs.
+	RootDir  string
+	StateDir string
+	// MinOOMScoreAdj is shimd's own oom_score_adj; no container gets less.
+	MinOOMScoreAdj int
+	// Namespace is shimd's containerd namespace.
+	Namespace string
+	// RecursiveReadOnlyMounts tells whether the OCI runtime supports "rro" mounts.
+	RecursiveReadOnlyMounts bool
+	// Node is what shimd learned about the node at start.
+	Node NodeInfo
 	// Version is shimd's version; ConfigJSON the effective config, for verbose Status.
 	Version    string
 	ConfigJSON string
@@ -30,16 +48,34 @@ type Options struct {
 	DefaultHandler string
 }
 
+// NodeInfo describes the node, read once at start (see cmd/shimd).
+type NodeInfo struct {
+	// Capabilities is the bounding set shimd can hand out (privileged, "ALL").
+	Capabilities []string
+	// UnifiedCgroups: the host runs cgroup v2 only.
+	UnifiedCgroups bool
+	// HugetlbController: the hugetlb cgroup controller exists.
+	HugetlbController bool
+}
+
 // Service implements the CRI RuntimeService. Handlers validate, delegate and convert;
 // errors are classified with errdefs and mapped to gRPC codes by the server's
 // interceptor.
 type Service struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
-	opts Options
+	opts       Options
+	containers *containerStore
+	rates      cpuRates
 }
 
-// New makes the RuntimeService.
-func New(opts Options) *Service { return &Service{opts: opts} }
+// New makes the RuntimeService; call Recover before serving.
+func New(opts Options) *Service {
+	s := &Service{opts: opts, containers: newContainerStore()}
+	opts.Sandboxes.OnExit(s.handleExit)
+	opts.Sandboxes.OnOOM(s.handleOOM)
+	opts.Sandboxes.OnResync(s.resyncContainers)
+	return s
+}
 
 var _ runtimeapi.RuntimeServiceServer = (*Service)(nil)
 

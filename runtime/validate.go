@@ -68,3 +68,37 @@ func validateID(field, id string) error {
 	}
 	return nil
 }
+
+// validateContainerConfig rejects a ContainerConfig shimd cannot create, naming the field.
+func validateContainerConfig(cfg *runtimeapi.ContainerConfig) error {
+	if cfg == nil {
+		return invalid("config", "is required")
+	}
+	if cfg.GetMetadata().GetName() == "" {
+		return invalid("config.metadata.name", "is required")
+	}
+	if strings.ContainsAny(cfg.GetMetadata().GetName(), "_/\x00") {
+		return invalid("config.metadata.name", "%q must not contain '_', '/' or NUL", cfg.GetMetadata().GetName())
+	}
+	if cfg.GetImage().GetImage() == "" {
+		return invalid("config.image.image", "is required")
+	}
+	for i, m := range cfg.GetMounts() {
+		if !filepath.IsAbs(m.GetContainerPath()) {
+			return invalid(fmt.Sprintf("config.mounts[%d].container_path", i), "%q must be absolute", m.GetContainerPath())
+		}
+		if hp := m.GetHostPath(); hp != "" && (!filepath.IsAbs(hp) || hasDotDot(hp)) {
+			return invalid(fmt.Sprintf("config.mounts[%d].host_path", i), "%q must be absolute without '..'", hp)
+		}
+	}
+	return nil
+}
+
+func hasDotDot(p string) bool {
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return true
+		}
+	}
+	return false
+}

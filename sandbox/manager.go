@@ -61,8 +61,10 @@ type Manager struct {
 	// imageArgs caches the pause image's process (entrypoint+cmd, env) by config digest.
 	imageArgs sync.Map
 
-	exitMu sync.Mutex
-	onExit []ExitHandler
+	exitMu   sync.Mutex
+	onExit   []ExitHandler
+	onOOM    []OOMHandler
+	onResync []func(ctx context.Context)
 }
 
 // NewManager makes a Manager; call Recover before serving.
@@ -92,6 +94,12 @@ func (m *Manager) Get(id string) (*Sandbox, error) { return m.store.get(id) }
 
 // List returns every sandbox, oldest first.
 func (m *Manager) List() []*Sandbox { return m.store.list() }
+
+// DetachedContext is detached from the request (keeping its values) and bounded by
+// the cleanup timeout: work that must not be left half done runs under it.
+func (m *Manager) DetachedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return m.cleanupContext(ctx)
+}
 
 // cleanupContext is detached from any request, so a kubelet timeout never leaves half
 // a pod behind, but bounded.

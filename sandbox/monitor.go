@@ -20,6 +20,24 @@ func (m *Manager) OnExit(h ExitHandler) {
 	m.exitMu.Unlock()
 }
 
+// OOMHandler is told of an OOM kill in the cgroup of a task in shimd's namespace.
+type OOMHandler func(containerID string)
+
+// OnOOM registers h; call before Monitor starts.
+func (m *Manager) OnOOM(h OOMHandler) {
+	m.exitMu.Lock()
+	m.onOOM = append(m.onOOM, h)
+	m.exitMu.Unlock()
+}
+
+// OnResync registers h, run after every (re)subscription to containerd's events:
+// exits that happened while the stream was down were never published.
+func (m *Manager) OnResync(h func(ctx context.Context)) {
+	m.exitMu.Lock()
+	m.onResync = append(m.onResync, h)
+	m.exitMu.Unlock()
+}
+
 // Monitor follows containerd's task exit events until ctx ends. When containerd goes
 // away it subscribes again, and then re-reads the state of every sandbox, since exits
 // that happened meanwhile were never published to it. Owned by the daemon; stops with ctx.
@@ -27,8 +45,14 @@ func (m *Manager) Monitor(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithCancel(ctx)
-		events, errs := m.opts.Client.Subscribe(sctx, `topic=="/tasks/exit"`)
+		events, errs := m.opts.Client.Subscribe(sctx, `topic=="/tasks/exit"`, `topic=="/tasks/oom"`)
 		m.resync(ctx)
+		m.exitMu.Lock()
+		resyncs := append([]func(context.Context){}, m.onResync...)
+		m.exitMu.Unlock()
+		for _, h := range resyncs {
+			h(ctx)
+		}
 	loop:
 		for {
 			select {
@@ -41,8 +65,16 @@ func (m *Manager) Monitor(ctx context.Context) {
 				if err != nil {
 					continue
 				}
-				if exit, ok := ev.(*eventstypes.TaskExit); ok {
-					m.handleExit(exit.ContainerID, exit.ID, exit.ExitStatus, exit.ExitedAt.AsTime())
+				switch e := ev.(type) {
+				case *eventstypes.TaskExit:
+					m.handleExit(e.ContainerID, e.ID, e.ExitStatus, e.ExitedAt.AsTime())
+				case *eventstypes.TaskOOM:
+					m.exitMu.Lock()
+					handlers := append([]OOMHandler(nil), m.onOOM...)
+					m.exitMu.Unlock()
+					for _, h := range handlers {
+						h(e.ContainerID)
+					}
 				}
 			case err := <-errs:
 				if ctx.Err() == nil {
@@ -86,6 +118,23 @@ func (m *Manager) resync(ctx context.Context) {
 			sb.setState(StateNotReady)
 		}
 	}
+}
+
+// pausePID returns the pid of the running pause task, or 0.
+func (m *Manager) pausePID(ctx context.Context, id string) uint32 {
+	c, err := m.opts.Client.LoadContainer(ctx, id)
+	if err != nil {
+		return 0
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return 0
+	}
+	st, err := task.Status(ctx)
+	if err != nil || st.Status != "running" {
+		return 0
+	}
+	return task.Pid()
 }
 
 // pauseRunning tells whether the sandbox's pause task runs. Errors other than

@@ -48,8 +48,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 			delete(known, c.ID)
 			continue
 		}
-		if m.pauseRunning(ctx, sb.ID) {
-			sb.state = StateReady
+		if pid := m.pausePID(ctx, sb.ID); pid != 0 {
+			sb.state, sb.PID = StateReady, pid
 		}
 		if sb.NetNSPath != "" {
 			if _, err := os.Stat(sb.NetNSPath); err != nil {

@@ -53,7 +53,7 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 //  6. record phase "created" with the pod's IPs: the sandbox is READY
 func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandboxConfig, handler string, rt Runtime) (_ *Sandbox, err error) {
 	sb := &Sandbox{
-		ID: newID(), Name: name, Config: cfg, RuntimeHandler: handler,
+		ID: NewID(), Name: name, Config: cfg, RuntimeHandler: handler,
 		CreatedAt: time.Now(), state: StateReady,
 	}
 	if !sb.HostNetwork() {
@@ -119,6 +119,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	if err := errors.Join(taskErr, netErr); err != nil {
 		return nil, err
 	}
+	sb.PID = task.Pid()
 
 	if err := container.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
@@ -227,7 +228,8 @@ func (m *Manager) imageProcess(ctx context.Context, image client.Image) ([]strin
 	return args, spec.Config.Env, nil
 }
 
-func newID() string {
+// NewID makes a random 64-hex-digit id for a sandbox or container.
+func NewID() string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		panic(err) // crypto/rand never fails on Linux

@@ -45,6 +45,9 @@ type Sandbox struct {
 	// NetNSPath is empty for host-network pods.
 	NetNSPath string
 	IPs       []string
+	// PID is the pause process's pid (0 when it is not running): containers join the
+	// pod's namespaces through /proc/<PID>/ns.
+	PID uint32
 
 	mu      sync.Mutex
 	state   State

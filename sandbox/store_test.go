@@ -54,7 +54,7 @@ func TestStoreGet(t *testing.T) {
 }
 
 func TestIsID(t *testing.T) {
-	require.True(t, isID(newID()))
+	require.True(t, isID(NewID()))
 	require.False(t, isID("cni-1234"))
 	require.False(t, isID("ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789"))
 }

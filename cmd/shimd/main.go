@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/pkg/cap"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/log"
@@ -122,7 +125,7 @@ func run(cfg Config) error {
 	var ready atomic.Bool
 	srv := newGRPCServer(&ready, w.runtime, w.images)
 
-	go recoverUntilDone(ctx, w.sandboxes, &ready)
+	go recoverUntilDone(ctx, &ready, w.sandboxes.Recover, w.runtime.Recover)
 	go w.sandboxes.Monitor(ctx)
 	log.G(ctx).WithField("socket", cfg.Socket).WithField("version", version).Info("shimd serving")
 	return serveUntil(ctx, srv, l, 30*time.Second)
@@ -168,22 +171,47 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 	})
 	cfgJSON, _ := json.Marshal(cfg)
 	rs := runtime.New(runtime.Options{
-		Client: cl, Sandboxes: sandboxes, Network: cni, Version: version, ConfigJSON: string(cfgJSON),
+		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: string(cfgJSON),
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
+		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
+		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(),
 	})
 	return wiring{sandboxes: sandboxes, runtime: rs, images: images}
 }
 
-// recoverUntilDone retries recovery until containerd answers; until then every RPC but
+// nodeInfo reads what containers' specs depend on about this node.
+func nodeInfo() runtime.NodeInfo {
+	caps, err := cap.Current()
+	if err != nil {
+		log.L.WithError(err).Warn("read capability bounding set")
+	}
+	unified := cgroups.Mode() == cgroups.Unified
+	hugetlb := false
+	if unified {
+		data, _ := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+		hugetlb = strings.Contains(string(data), "hugetlb")
+	} else if _, err := os.Stat("/sys/fs/cgroup/hugetlb"); err == nil {
+		hugetlb = true
+	}
+	return runtime.NodeInfo{Capabilities: caps, UnifiedCgroups: unified, HugetlbController: hugetlb}
+}
+
+// recoverUntilDone runs the recovery steps (sandboxes, then containers), retrying until
+// containerd answers; until then every RPC but
 // Version gets Unavailable.
-func recoverUntilDone(ctx context.Context, m *sandbox.Manager, ready *atomic.Bool) {
+func recoverUntilDone(ctx context.Context, ready *atomic.Bool, steps ...func(context.Context) error) {
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := m.Recover(ctx)
+		var err error
+		for _, step := range steps {
+			if err = step(ctx); err != nil {
+				break
+			}
+		}
 		if err == nil {
 			ready.Store(true)
-			log.G(ctx).WithField("duration", time.Since(start).String()).WithField("sandboxes", len(m.List())).Info("recovery done")
+			log.G(ctx).WithField("duration", time.Since(start).String()).Info("recovery done")
 			return
 		}
 		log.G(ctx).WithError(err).Warn("recovery failed; retrying")

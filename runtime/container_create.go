@@ -1,0 +1,197 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/sandbox"
+)
+
+// CreateContainer creates a container in a READY pod.
+//
+//  1. the sandbox must be READY (else FailedPrecondition); reserve the name
+//  2. resolve the image locally (never pull; absent -> NotFound)
+//  3. prepare the writable layer; resolve the user in it
+//  4. build the OCI spec (a pure function, package spec)
+//  5. containerd container with the record; status CREATED
+func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+	cfg := req.GetConfig()
+	if err := validateContainerConfig(cfg); err != nil {
+		return nil, err
+	}
+	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	if sb.State() != sandbox.StateReady {
+		return nil, fmt.Errorf("sandbox %s is not ready: %w", sb.ID, errdefs.ErrFailedPrecondition)
+	}
+	name := sb.ID + "_" + cfg.GetMetadata().GetName() + "_" + fmt.Sprint(cfg.GetMetadata().GetAttempt())
+	if err := s.containers.reserve(name); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			s.containers.release(name)
+		}
+	}()
+	img, err := s.opts.Images.Find(ctx, cfg.GetImage().GetImage())
+	if err != nil {
+		return nil, err
+	}
+	rt, err := s.opts.Sandboxes.Runtime(sb.RuntimeHandler)
+	if err != nil {
+		return nil, err
+	}
+	logPath, err := containerLogPath(sb.Config.GetLogDirectory(), cfg.GetLogPath())
+	if err != nil {
+		return nil, err
+	}
+	c := &Container{
+		ID: newContainerID(), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
+		ImageName: cfg.GetImage().GetImage(), ImageRef: imageRef(img), LogPath: logPath,
+		CreatedAt: time.Now(), Snapshotter: rt.Snapshotter, StopSignal: img.Config.Config.StopSignal,
+		exited: make(chan struct{}),
+	}
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID).WithField("sandbox", sb.ID))
+	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	defer cancel()
+	if err := s.createContainer(cctx, c, sb, img, rt); err != nil {
+		return nil, err
+	}
+	s.containers.add(c)
+	log.G(ctx).Info("container created")
+	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
+}
+
+func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, rt sandbox.Runtime) (retErr error) {
+	sn := s.opts.Client.SnapshotService(rt.Snapshotter)
+	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
+	if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
+		return err
+	}
+	mounts, err := sn.Prepare(ctx, c.ID, parent)
+	if err != nil {
+		return fmt.Errorf("prepare writable layer: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+			defer cancel()
+			if err := sn.Remove(cctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).Warn("undo writable layer")
+			}
+		}
+	}()
+	var user spec.User
+	if err := mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
+		user, err = spec.ResolveUser(root, c.Config.GetLinux().GetSecurityContext(), img.Config.Config.User)
+		return err
+	}); err != nil {
+		return fmt.Errorf("resolve user: %w", err)
+	}
+	c.User = user
+	ociSpec, err := s.containerSpec(ctx, c, sb, img, user)
+	if err != nil {
+		return err
+	}
+	if _, err := s.opts.Client.NewContainer(ctx, c.ID,
+		client.WithSnapshotter(rt.Snapshotter),
+		client.WithSnapshot(c.ID),
+		client.WithImageName(img.Records[0]),
+		client.WithRuntime(rt.Type, rt.Options),
+		client.WithSpec(ociSpec),
+		withContainerRecord(c, img.Target.Digest.String()),
+	); err != nil {
+		return fmt.Errorf("create containerd container: %w", err)
+	}
+	if err := s.setStatus(c, func(st *containerStatus) { st.State = runtimeapi.ContainerState_CONTAINER_CREATED }); err != nil {
+		cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+		defer cancel()
+		_ = s.deleteContainerd(cctx, c)
+		return fmt.Errorf("write container status: %w", err)
+	}
+	return nil
+}
+
+// containerSpec gathers the inputs of the pure spec builder.
+func (s *Service) containerSpec(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, user spec.User) (*specs.Spec, error) {
+	in := spec.Input{
+		ID: c.ID, Namespace: s.opts.Namespace, SandboxID: sb.ID, Config: c.Config, SandboxConfig: sb.Config,
+		Image: img.Config.Config, ImageName: c.ImageName, User: user,
+		SandboxPID: sb.PID, NetNSPath: sb.NetNSPath,
+		HostnamePath: s.opts.Sandboxes.HostnamePath(sb.ID), HostsPath: s.opts.Sandboxes.HostsPath(sb.ID),
+		ResolvConfPath: s.opts.Sandboxes.ResolvConfPath(sb.ID), ShmPath: s.opts.Sandboxes.ShmPath(sb),
+		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj,
+		CgroupsPath:             sandbox.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
+		RecursiveReadOnlyMounts: s.opts.RecursiveReadOnlyMounts,
+	}
+	if in.SandboxPID == 0 {
+		return nil, fmt.Errorf("sandbox %s has no running pause process: %w", sb.ID, errdefs.ErrFailedPrecondition)
+	}
+	if err := s.loadSpecFiles(ctx, c, &in); err != nil {
+		return nil, err
+	}
+	ociSpec, err := spec.Container(in)
+	if err != nil {
+		return nil, fmt.Errorf("container spec: %w", err)
+	}
+	return ociSpec, nil
+}
+
+// ensureUnpacked unpacks the image for the snapshotter if its layers are not there.
+func (s *Service) ensureUnpacked(ctx context.Context, img *image.Image, snapshotter, chainID string) error {
+	if _, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, chainID); err == nil {
+		return nil
+	}
+	ci, err := s.opts.Client.GetImage(ctx, img.Records[0])
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.ID, err)
+	}
+	if err := ci.Unpack(ctx, snapshotter); err != nil {
+		return fmt.Errorf("unpack image %s for %s: %w", img.ID, snapshotter, err)
+	}
+	return nil
+}
+
+// containerLogPath joins the pod's log directory and the container's log path,
+// refusing a path that escapes the directory.
+func containerLogPath(dir, rel string) (string, error) {
+	if rel == "" {
+		return "", nil
+	}
+	if dir == "" {
+		return "", invalid("config.log_path", "set, but the pod has no log_directory")
+	}
+	if filepath.IsAbs(rel) {
+		return "", invalid("config.log_path", "%q must be relative to the pod's log directory", rel)
+	}
+	p := filepath.Join(dir, rel)
+	if !strings.HasPrefix(p, filepath.Clean(dir)+string(filepath.Separator)) {
+		return "", invalid("config.log_path", "%q escapes the pod's log directory", rel)
+	}
+	return p, nil
+}
+
+// imageRef is what the kubelet shows as the image: a repo digest, else the id.
+func imageRef(img *image.Image) string {
+	if len(img.RepoDigests) > 0 {
+		return img.RepoDigests[0]
+	}
+	return img.ID
+}
+
+func newContainerID() string { return sandbox.NewID() }

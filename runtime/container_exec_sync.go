@@ -1,0 +1,159 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// maxExecSyncOutput caps each of stdout and stderr of ExecSync; the rest is dropped.
+const maxExecSyncOutput = 16 << 20
+
+// ExecSync runs a command in a running container with the container's user, env and
+// working directory, and returns its output and exit code. A timeout kills the
+// command and answers DeadlineExceeded.
+func (s *Service) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+	if len(req.GetCmd()) == 0 {
+		return nil, invalid("cmd", "is required")
+	}
+	c, err := s.runningContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if t := req.GetTimeout(); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Second)
+		defer cancel()
+	}
+	stdout, stderr := &cappedBuffer{max: maxExecSyncOutput}, &cappedBuffer{max: maxExecSyncOutput}
+	code, err := s.exec(ctx, c, execRequest{cmd: req.GetCmd(), stdout: stdout, stderr: stderr})
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ExecSyncResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: int32(code)}, nil
+}
+
+// runningContainer finds a container and checks that it runs.
+func (s *Service) runningContainer(id string) (*Container, error) {
+	if err := validateID("container_id", id); err != nil {
+		return nil, err
+	}
+	c, err := s.containers.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if st := c.Status().State; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	return c, nil
+}
+
+type execRequest struct {
+	cmd            []string
+	tty            bool
+	stdin          interface{ Read([]byte) (int, error) }
+	stdout, stderr interface{ Write([]byte) (int, error) }
+	resize         <-chan [2]uint16 // width, height
+}
+
+// exec runs one process in the container and waits for it. When ctx ends the process
+// is killed and ctx's error returned. Output that a leftover child keeps open is
+// given ioDrainTimeout after the process exits, then cut.
+func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32, error) {
+	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	if err != nil {
+		return 0, err
+	}
+	spec, err := cc.Spec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	task, err := cc.Task(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("container %s has no task: %w", c.ID, errdefs.ErrFailedPrecondition)
+	}
+	pspec := *spec.Process
+	pspec.Args = r.cmd
+	pspec.Terminal = r.tty
+	pspec.ConsoleSize = nil
+	opts := []cio.Opt{cio.WithStreams(r.stdin, r.stdout, r.stderr), cio.WithFIFODir(s.fifoDir(c.ID))}
+	if r.tty {
+		opts = append(opts, cio.WithTerminal)
+	}
+	execID := "exec-" + newContainerID()[:32]
+	// The process outlives a cancelled request only until it is killed below.
+	dctx := context.WithoutCancel(ctx)
+	proc, err := task.Exec(dctx, execID, &pspec, cio.NewCreator(opts...))
+	if err != nil {
+		return 0, fmt.Errorf("exec in container %s: %w", c.ID, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(dctx, 30*time.Second)
+		defer cancel()
+		if _, err := proc.Delete(cctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			_ = err
+		}
+	}()
+	exitc, err := proc.Wait(dctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := proc.Start(dctx); err != nil {
+		return 0, fmt.Errorf("start exec in container %s: %w", c.ID, err)
+	}
+	if r.resize != nil {
+		go func() {
+			for size := range r.resize {
+				_ = proc.Resize(dctx, uint32(size[0]), uint32(size[1]))
+			}
+		}()
+	}
+	select {
+	case st := <-exitc:
+		drainIO(proc.IO())
+		return st.ExitCode(), nil
+	case <-ctx.Done():
+		_ = proc.Kill(dctx, syscall.SIGKILL)
+		<-exitc
+		drainIO(proc.IO())
+		return 0, fmt.Errorf("exec %v in container %s: %w", r.cmd, c.ID, ctx.Err())
+	}
+}
+
+// drainIO waits briefly for an exited process's output, then closes it: a background
+// child holding the pipes must not hold the caller.
+func drainIO(pio cio.IO) {
+	done := make(chan struct{})
+	go func() { pio.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(ioDrainTimeout):
+		pio.Cancel()
+		<-done
+	}
+	pio.Close()
+}
+
+// cappedBuffer keeps the first max bytes written and discards the rest.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Buffer.Len(); room > 0 {
+		if len(p) > room {
+			b.Buffer.Write(p[:room])
+		} else {
+			b.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,145 @@
+package runtime
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// How long an exited container's output may take to drain before its FIFOs are
+// closed anyway (a child holding them open must not keep the container RUNNING).
+const ioDrainTimeout = 2 * time.Second
+
+// handleExit is told of every task exit in shimd's namespace by the event monitor.
+func (s *Service) handleExit(containerID, execID string, status uint32, at time.Time) {
+	if containerID != execID {
+		return // an exec process; its caller waits for it
+	}
+	c, err := s.containers.get(containerID)
+	if err != nil || c.ID != containerID {
+		return
+	}
+	go s.finish(context.Background(), c, status, at)
+}
+
+// handleOOM remembers an OOM kill, reported as the reason when the container exits.
+func (s *Service) handleOOM(containerID string) {
+	if c, err := s.containers.get(containerID); err == nil && c.ID == containerID {
+		c.mu.Lock()
+		c.oom = true
+		c.mu.Unlock()
+	}
+}
+
+// finish records a container's exit: waits for its output to drain, deletes the task
+// (so the shim can go), and persists EXITED with code, reason and time. Idempotent.
+func (s *Service) finish(ctx context.Context, c *Container, status uint32, at time.Time) {
+	c.mu.Lock()
+	if c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		c.mu.Unlock()
+		return
+	}
+	cio, oom := c.io, c.oom
+	c.mu.Unlock()
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
+	if cio != nil {
+		select {
+		case <-cio.done:
+		case <-time.After(ioDrainTimeout):
+		}
+		cio.close()
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if cc, err := s.opts.Client.LoadContainer(dctx, c.ID); err == nil {
+		if task, err := cc.Task(dctx, nil); err == nil {
+			if _, err := task.Delete(dctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).Warn("delete exited task")
+			}
+		}
+	}
+	reason := "Completed"
+	switch {
+	case oom:
+		reason = "OOMKilled"
+	case status != 0:
+		reason = "Error"
+	}
+	if at.IsZero() || at.Unix() <= 0 {
+		at = time.Now()
+	}
+	err := s.setStatus(c, func(st *containerStatus) {
+		if st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			return
+		}
+		st.State, st.ExitCode, st.Reason, st.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, int32(status), reason, at.UnixNano()
+		st.Starting = false
+		if st.StartedAt == 0 {
+			st.StartedAt = at.UnixNano()
+		}
+	})
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("persist exit status")
+	}
+	c.mu.Lock()
+	c.io = nil
+	c.mu.Unlock()
+	closeOnce(c)
+	log.G(ctx).WithField("exit_code", status).WithField("reason", reason).Info("container exited")
+}
+
+// resyncContainers finishes every RUNNING container whose task is gone or stopped:
+// its exit was not published while shimd was away from containerd's events.
+func (s *Service) resyncContainers(ctx context.Context) {
+	for _, c := range s.containers.list() {
+		if c.Status().State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		code, at, running, err := s.taskState(ctx, c.ID)
+		if err != nil || running {
+			continue
+		}
+		s.finish(ctx, c, code, at)
+	}
+}
+
+// taskState reads a container's task: exit code and time when stopped.
+func (s *Service) taskState(ctx context.Context, id string) (code uint32, at time.Time, running bool, err error) {
+	cc, err := s.opts.Client.LoadContainer(ctx, id)
+	if err != nil {
+		return 0, time.Time{}, false, err
+	}
+	task, err := cc.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return 255, time.Now(), false, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, false, err
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return 0, time.Time{}, false, err
+	}
+	if st.Status == client.Stopped {
+		return st.ExitStatus, st.ExitTime, false, nil
+	}
+	return 0, time.Time{}, true, nil
+}
+
+// signal sends sig to the container's task.
+func (s *Service) signal(ctx context.Context, c *Container, sig syscall.Signal) error {
+	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	task, err := cc.Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	return task.Kill(ctx, sig)
+}

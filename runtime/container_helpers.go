@@ -1,0 +1,73 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+
+	"github.com/shimd/shimd/runtime/spec"
+)
+
+// loadSpecFiles reads what the spec builder needs from disk: a Localhost seccomp
+// profile, the devices the config asks for and, for privileged containers, the
+// host's devices.
+func (s *Service) loadSpecFiles(_ context.Context, c *Container, in *spec.Input) error {
+	sc := c.Config.GetLinux().GetSecurityContext()
+	if profile := spec.SeccompLocalhostPath(sc); profile != "" {
+		if !filepath.IsAbs(profile) {
+			return invalid("config.linux.security_context.seccomp.localhost_ref", "%q must be an absolute path", profile)
+		}
+		data, err := os.ReadFile(profile)
+		if err != nil {
+			return fmt.Errorf("read seccomp profile %s: %v: %w", profile, err, errdefs.ErrInvalidArgument)
+		}
+		in.SeccompLocalhost = data
+	}
+	devs, err := spec.ReadDevices(c.Config.GetDevices())
+	if err != nil {
+		return err
+	}
+	in.DeviceNodes = devs
+	if sc.GetPrivileged() {
+		devs, err := oci.HostDevices()
+		if err != nil {
+			return fmt.Errorf("list host devices: %w", err)
+		}
+		in.HostDevices = devs
+	}
+	in.AllCapabilities = s.opts.Node.Capabilities
+	in.UnifiedCgroups = s.opts.Node.UnifiedCgroups
+	in.HugetlbController = s.opts.Node.HugetlbController
+	return nil
+}
+
+// deleteContainerd deletes the containerd container and its writable layer; a
+// missing one is fine.
+func (s *Service) deleteContainerd(ctx context.Context, c *Container) error {
+	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load container %s: %w", c.ID, err)
+	}
+	if task, err := cc.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete task of container %s: %w", c.ID, err)
+		}
+	}
+	if err := cc.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete container %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// fifoDir is where the stdio FIFOs of a container live.
+func (s *Service) fifoDir(id string) string {
+	return filepath.Join(s.opts.StateDir, containerFIFODirName, id)
+}

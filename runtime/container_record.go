@@ -1,0 +1,158 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/typeurl/v2"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/runtime/spec"
+)
+
+// A container's durable record is its containerd container: labels and a versioned
+// JSON extension written once at create. Its mutable status (state, pid, exit code,
+// reason, times) lives in <root>/containers/<id>/status.json, replaced atomically.
+const (
+	labelKind            = "io.shimd.kind"
+	kindContainer        = "container"
+	labelSandbox         = "io.shimd.sandbox"
+	labelName            = "io.shimd.name"
+	containerExtension   = "io.shimd.container"
+	containerExtTypeURL  = "io.shimd/container.v1"
+	containerRecordVer   = 1
+	statusFileName       = "status.json"
+	gcRefImageLabel      = "containerd.io/gc.ref.content.image"
+	containerDirName     = "containers"
+	containerFIFODirName = "fifo"
+)
+
+type containerRecord struct {
+	Version     int             `json:"version"`
+	Name        string          `json:"name"`
+	SandboxID   string          `json:"sandbox_id"`
+	Config      json.RawMessage `json:"config"`
+	ImageID     string          `json:"image_id"`
+	ImageName   string          `json:"image_name"`
+	ImageRef    string          `json:"image_ref"`
+	LogPath     string          `json:"log_path,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Snapshotter string          `json:"snapshotter"`
+	StopSignal  string          `json:"stop_signal,omitempty"`
+	User        spec.User       `json:"user"`
+}
+
+func withContainerRecord(c *Container, imageTarget string) client.NewContainerOpts {
+	return func(_ context.Context, _ *client.Client, rec *containers.Container) error {
+		cfg, err := protojson.Marshal(c.Config)
+		if err != nil {
+			return fmt.Errorf("encode container config: %w", err)
+		}
+		data, err := json.Marshal(containerRecord{
+			Version: containerRecordVer, Name: c.Name, SandboxID: c.SandboxID, Config: cfg,
+			ImageID: c.ImageID, ImageName: c.ImageName, ImageRef: c.ImageRef, LogPath: c.LogPath,
+			CreatedAt: c.CreatedAt, Snapshotter: c.Snapshotter, StopSignal: c.StopSignal, User: c.User,
+		})
+		if err != nil {
+			return err
+		}
+		if rec.Extensions == nil {
+			rec.Extensions = map[string]typeurl.Any{}
+		}
+		rec.Extensions[containerExtension] = &anypb.Any{TypeUrl: containerExtTypeURL, Value: data}
+		if rec.Labels == nil {
+			rec.Labels = map[string]string{}
+		}
+		rec.Labels[labelKind] = kindContainer
+		rec.Labels[labelSandbox] = c.SandboxID
+		rec.Labels[labelName] = c.Name
+		// Keeps the image's content while the container exists, even if the image is removed.
+		rec.Labels[gcRefImageLabel] = imageTarget
+		return nil
+	}
+}
+
+func decodeContainerRecord(rec containers.Container) (*Container, error) {
+	ext, ok := rec.Extensions[containerExtension]
+	if !ok {
+		return nil, fmt.Errorf("container %s has no %s extension", rec.ID, containerExtension)
+	}
+	var r containerRecord
+	if err := json.Unmarshal(ext.GetValue(), &r); err != nil {
+		return nil, fmt.Errorf("decode container record %s: %w", rec.ID, err)
+	}
+	if r.Version != containerRecordVer {
+		return nil, fmt.Errorf("container record %s: unsupported version %d", rec.ID, r.Version)
+	}
+	cfg := &runtimeapi.ContainerConfig{}
+	if err := protojson.Unmarshal(r.Config, cfg); err != nil {
+		return nil, fmt.Errorf("decode container config %s: %w", rec.ID, err)
+	}
+	return &Container{
+		ID: rec.ID, Name: r.Name, SandboxID: r.SandboxID, Config: cfg, ImageID: r.ImageID,
+		ImageName: r.ImageName, ImageRef: r.ImageRef, LogPath: r.LogPath, CreatedAt: r.CreatedAt,
+		Snapshotter: r.Snapshotter, StopSignal: r.StopSignal, User: r.User, exited: make(chan struct{}),
+	}, nil
+}
+
+func (s *Service) containerDir(id string) string {
+	return filepath.Join(s.opts.RootDir, containerDirName, id)
+}
+
+// writeStatus persists the container's status atomically (temp file + rename).
+func (s *Service) writeStatus(c *Container, st containerStatus) error {
+	dir := s.containerDir(c.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".status-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	tmp.Close()
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, statusFileName)); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+func (s *Service) readStatus(id string) (containerStatus, error) {
+	var st containerStatus
+	data, err := os.ReadFile(filepath.Join(s.containerDir(id), statusFileName))
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(data, &st)
+}
+
+// setStatus updates the in-memory status under the lock and persists it.
+// The file is written under c.mu so that concurrent updates land in order.
+func (s *Service) setStatus(c *Container, update func(st *containerStatus)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	update(&c.status)
+	return s.writeStatus(c, c.status)
+}

@@ -1,0 +1,69 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// RemoveContainer kills a running container and deletes it with its writable layer.
+// The log file stays (the kubelet owns it). Idempotent; unknown ids succeed.
+func (s *Service) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	if err := validateID("container_id", req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	c, err := s.containers.get(req.GetContainerId())
+	if errdefs.IsNotFound(err) {
+		return &runtimeapi.RemoveContainerResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.removeContainer(ctx, c); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (s *Service) removeContainer(ctx context.Context, c *Container) error {
+	ctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	defer cancel()
+	if err := s.stopContainer(ctx, c, 0); err != nil {
+		return err
+	}
+	if err := s.deleteContainerd(ctx, c); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.containerDir(c.ID)); err != nil {
+		return fmt.Errorf("remove container dir: %w", err)
+	}
+	os.RemoveAll(s.fifoDir(c.ID))
+	s.containers.delete(c)
+	s.rates.forget(c.ID)
+	log.G(ctx).WithField("container", c.ID).Info("container removed")
+	return nil
+}
+
+// stopPodContainers kills every running container of a pod (StopPodSandbox).
+func (s *Service) stopPodContainers(ctx context.Context, sandboxID string) error {
+	for _, c := range s.containers.inSandbox(sandboxID) {
+		if err := s.stopContainer(ctx, c, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removePodContainers removes every container of a pod (RemovePodSandbox).
+func (s *Service) removePodContainers(ctx context.Context, sandboxID string) error {
+	for _, c := range s.containers.inSandbox(sandboxID) {
+		if err := s.removeContainer(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/sandbox"
+)
+
+// StartContainer starts a CREATED container: a task whose stdio goes to the CRI log.
+// Its exit is seen by the event monitor (handleExit).
+func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	c, err := s.containers.get(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.status.State != runtimeapi.ContainerState_CONTAINER_CREATED || c.status.Starting {
+		state := c.status.State
+		c.mu.Unlock()
+		return nil, fmt.Errorf("container %s is %s, not CREATED: %w", c.ID, state, errdefs.ErrFailedPrecondition)
+	}
+	c.status.Starting = true
+	c.mu.Unlock()
+	sb, err := s.opts.Sandboxes.Get(c.SandboxID)
+	if err == nil && sb.State() != sandbox.StateReady {
+		err = fmt.Errorf("sandbox %s is not ready: %w", c.SandboxID, errdefs.ErrFailedPrecondition)
+	}
+	if err != nil {
+		s.setStarting(c, false)
+		return nil, err
+	}
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
+	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	defer cancel()
+	if err := s.startTask(cctx, c); err != nil {
+		// As the kubelet expects: the container is EXITED with the reason, not CREATED.
+		_ = s.setStatus(c, func(st *containerStatus) {
+			st.Starting = false
+			st.State = runtimeapi.ContainerState_CONTAINER_EXITED
+			st.ExitCode, st.Reason, st.Message = 128, "StartError", err.Error()
+			st.FinishedAt = time.Now().UnixNano()
+		})
+		closeOnce(c)
+		return nil, err
+	}
+	log.G(ctx).Info("container started")
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func (s *Service) setStarting(c *Container, v bool) {
+	c.mu.Lock()
+	c.status.Starting = v
+	c.mu.Unlock()
+}
+
+func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
+	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	if err != nil {
+		return fmt.Errorf("load container: %w", err)
+	}
+	var logf *logFile
+	if c.LogPath != "" {
+		if logf, err = openLog(c.LogPath); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(s.fifoDir(c.ID), 0o700); err != nil {
+		return err
+	}
+	var cio *containerIO
+	task, err := cc.NewTask(ctx, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio))
+	if err != nil {
+		if cio != nil {
+			cio.close()
+		} else if logf != nil {
+			logf.Close()
+		}
+		return fmt.Errorf("create task: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).Warn("undo task")
+			}
+			cio.close()
+		}
+	}()
+	c.mu.Lock()
+	c.io = cio
+	c.mu.Unlock()
+	if err := task.Start(ctx); err != nil {
+		return fmt.Errorf("start task: %w", err)
+	}
+	return s.setStatus(c, func(st *containerStatus) {
+		st.Starting = false
+		st.Pid = task.Pid()
+		// An exit may have been handled already (a command that ends at once).
+		if st.State == runtimeapi.ContainerState_CONTAINER_CREATED {
+			st.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+			st.StartedAt = time.Now().UnixNano()
+		}
+	})
+}
+
+// closeOnce closes c.exited unless it is closed.
+func closeOnce(c *Container) {
+	select {
+	case <-c.exited:
+	default:
+		close(c.exited)
+	}
+}

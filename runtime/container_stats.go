@@ -1,0 +1,35 @@
+package runtime
+
+import (
+	"context"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ContainerStats reports one container's CPU, memory and writable layer usage.
+func (s *Service) ContainerStats(ctx context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	if err := validateID("container_id", req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	c, err := s.containers.get(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: s.containerStats(ctx, c)}, nil
+}
+
+// ListContainerStats reports the stats of containers matching the filter.
+func (s *Service) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	f := req.GetFilter()
+	resp := &runtimeapi.ListContainerStatsResponse{}
+	for _, c := range s.containers.list() {
+		if f.GetId() != "" && !strings.HasPrefix(c.ID, f.GetId()) ||
+			f.GetPodSandboxId() != "" && !strings.HasPrefix(c.SandboxID, f.GetPodSandboxId()) ||
+			!labelsMatch(c.Config.GetLabels(), f.GetLabelSelector()) {
+			continue
+		}
+		resp.Stats = append(resp.Stats, s.containerStats(ctx, c))
+	}
+	return resp, nil
+}

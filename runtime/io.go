@@ -1,0 +1,143 @@
+package runtime
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/log"
+)
+
+// containerIO connects a container's stdio FIFOs to its CRI log and to attached
+// clients. It owns two copy goroutines (stdout, stderr) that end when the container's
+// side of the FIFOs closes; done is closed then.
+type containerIO struct {
+	dio  *cio.DirectIO
+	log  *logFile
+	done chan struct{}
+
+	stdout, stderr *broadcaster
+	stdinMu        sync.Mutex
+	stdin          io.WriteCloser // nil when the container has no stdin
+}
+
+// creator returns a cio.Creator that makes FIFOs in dir and starts copying.
+func newIOCreator(ctx context.Context, dir string, c *Container, logf *logFile, ioOut **containerIO) cio.Creator {
+	return func(id string) (cio.IO, error) {
+		fifos, err := cio.NewFIFOSetInDir(dir, id, c.Config.GetTty())
+		if err != nil {
+			return nil, err
+		}
+		if !c.Config.GetStdin() {
+			fifos.Stdin = ""
+		}
+		cio, err := attachIO(ctx, fifos, logf)
+		if err != nil {
+			return nil, err
+		}
+		*ioOut = cio
+		return cio.dio, nil
+	}
+}
+
+// attachIO opens existing (or new) FIFOs and starts copying; used at start and when
+// shimd reattaches to a running container after a restart.
+func attachIO(ctx context.Context, fifos *cio.FIFOSet, logf *logFile) (*containerIO, error) {
+	dio, err := cio.NewDirectIO(ctx, fifos)
+	if err != nil {
+		return nil, err
+	}
+	cio := &containerIO{dio: dio, log: logf, done: make(chan struct{}), stdout: &broadcaster{}, stderr: &broadcaster{}}
+	if fifos.Stdin != "" {
+		cio.stdin = dio.Stdin
+	}
+	var wg sync.WaitGroup
+	copyStream := func(r io.ReadCloser, stream string, b *broadcaster) {
+		defer wg.Done()
+		if r == nil {
+			return
+		}
+		if err := copyLogStream(r, stream, logf, b); err != nil {
+			log.G(ctx).WithError(err).Debugf("copy %s", stream)
+		}
+		b.closeAll()
+	}
+	wg.Add(2)
+	go copyStream(dio.Stdout, "stdout", cio.stdout)
+	go copyStream(dio.Stderr, "stderr", cio.stderr)
+	go func() {
+		wg.Wait()
+		if logf != nil {
+			logf.Close()
+		}
+		close(cio.done)
+	}()
+	return cio, nil
+}
+
+// close releases the FIFOs after the copies ended (or gives up on them).
+func (c *containerIO) close() {
+	c.dio.Cancel()
+	c.dio.Close()
+}
+
+// broadcaster hands output to every attached client. A client whose write fails is
+// dropped; the container never waits for it beyond that write.
+type broadcaster struct {
+	mu      sync.Mutex
+	writers map[*attachedWriter]struct{}
+	closed  bool
+}
+
+type attachedWriter struct {
+	w    io.WriteCloser
+	done chan struct{}
+}
+
+// Write copies p to every attached writer.
+func (b *broadcaster) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for aw := range b.writers {
+		if _, err := aw.w.Write(p); err != nil {
+			delete(b.writers, aw)
+			close(aw.done)
+		}
+	}
+	return len(p), nil
+}
+
+// add attaches w; the returned channel is closed when w is detached (stream ended,
+// write failed or remove called).
+func (b *broadcaster) add(w io.WriteCloser) (remove func(), done <-chan struct{}) {
+	aw := &attachedWriter{w: w, done: make(chan struct{})}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		close(aw.done)
+		return func() {}, aw.done
+	}
+	if b.writers == nil {
+		b.writers = map[*attachedWriter]struct{}{}
+	}
+	b.writers[aw] = struct{}{}
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, ok := b.writers[aw]; ok {
+			delete(b.writers, aw)
+			close(aw.done)
+		}
+	}, aw.done
+}
+
+func (b *broadcaster) closeAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for aw := range b.writers {
+		delete(b.writers, aw)
+		close(aw.done)
+	}
+}

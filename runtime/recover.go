@@ -1,0 +1,114 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/log"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Recover rebuilds the container store after a (re)start of shimd. Sandboxes must
+// have been recovered first.
+//
+// Assumptions:
+//   - every container is a containerd container in shimd's namespace labelled
+//     io.shimd.kind=container with an io.shimd.container extension, written once by
+//     CreateContainer; its status file (<root>/containers/<id>/status.json) is
+//     written right after. A container without a status file never finished
+//     CreateContainer and is deleted.
+//   - a container whose sandbox is gone is an orphan of an interrupted
+//     RemovePodSandbox and is deleted.
+//   - a task that still runs is adopted: its FIFOs are reopened and output goes on
+//     into the CRI log. A task that stopped while shimd was away is finished with its
+//     exit status; a RUNNING container without a task exited unseen (code 255).
+func (s *Service) Recover(ctx context.Context) error {
+	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", labelKind, kindContainer))
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	for _, rec := range list {
+		c, err := decodeContainerRecord(rec)
+		if err != nil {
+			log.G(ctx).WithError(err).WithField("container", rec.ID).Error("unreadable container record: left in place")
+			continue
+		}
+		st, err := s.readStatus(c.ID)
+		_, sbErr := s.opts.Sandboxes.Get(c.SandboxID)
+		if err != nil || sbErr != nil {
+			log.G(ctx).WithField("container", c.ID).Info("removing container whose creation or pod removal was interrupted")
+			if err := s.deleteContainerd(ctx, c); err != nil {
+				log.G(ctx).WithError(err).Warn("remove orphaned container")
+			}
+			os.RemoveAll(s.containerDir(c.ID))
+			continue
+		}
+		st.Starting = false
+		c.status = st
+		s.containers.add(c)
+		switch st.State {
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			closeOnce(c)
+		case runtimeapi.ContainerState_CONTAINER_RUNNING, runtimeapi.ContainerState_CONTAINER_CREATED:
+			s.adopt(ctx, c)
+		}
+	}
+	s.removeOrphanDirs(ctx)
+	return nil
+}
+
+// adopt reattaches to a container's task, or finishes it when it is gone.
+func (s *Service) adopt(ctx context.Context, c *Container) {
+	code, at, running, err := s.taskState(ctx, c.ID)
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("container", c.ID).Warn("read task state")
+		return
+	}
+	if !running {
+		if c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			s.finish(ctx, c, code, at)
+		}
+		return
+	}
+	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	if err != nil {
+		return
+	}
+	var logf *logFile
+	if c.LogPath != "" {
+		logf, _ = openLog(c.LogPath)
+	}
+	_, err = cc.Task(ctx, func(fifos *cio.FIFOSet) (cio.IO, error) {
+		cio, err := attachIO(ctx, fifos, logf)
+		if err != nil {
+			return nil, err
+		}
+		c.io = cio
+		return cio.dio, nil
+	})
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("container", c.ID).Warn("reattach container IO")
+		if logf != nil {
+			logf.Close()
+		}
+	}
+}
+
+// removeOrphanDirs deletes status and FIFO directories of containers that are gone.
+func (s *Service) removeOrphanDirs(ctx context.Context) {
+	for _, dir := range []string{filepath.Join(s.opts.RootDir, containerDirName), filepath.Join(s.opts.StateDir, containerFIFODirName)} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if _, err := s.containers.get(e.Name()); err == nil {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				log.G(ctx).WithError(err).Warn("remove orphaned container dir")
+			}
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package spec
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"syscall"
+
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/moby/sys/signal"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// defaultPath is the PATH a container gets when neither image nor config sets one.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func processOpts(in Input) ([]oci.SpecOpts, error) {
+	args, err := processArgs(in.Config, in.Image)
+	if err != nil {
+		return nil, err
+	}
+	cwd, err := workingDir(in.Config, in.Image)
+	if err != nil {
+		return nil, err
+	}
+	env, err := mergeEnv(in)
+	if err != nil {
+		return nil, err
+	}
+	hostname := ""
+	if !hostNetwork(in) {
+		hostname = in.SandboxConfig.GetHostname()
+	}
+	sc := in.Config.GetLinux().GetSecurityContext()
+	user := in.User
+	return []oci.SpecOpts{optFunc(func(s *specs.Spec) {
+		s.Process.Args = args
+		s.Process.Cwd = cwd
+		s.Process.Env = env
+		s.Process.Terminal = in.Config.GetTty()
+		s.Hostname = hostname
+		s.Process.User = specs.User{
+			UID: user.UID, GID: user.GID,
+			AdditionalGids: append([]uint32(nil), user.AdditionalGIDs...),
+		}
+		s.Process.NoNewPrivileges = sc.GetNoNewPrivs()
+		// No rlimits: the process inherits the shim's, as with containerd's CRI plugin
+		// (raising one above the hard limit fails without CAP_SYS_RESOURCE).
+		s.Process.Rlimits = nil
+		// Read-only rootfs: the rootfs is mounted read-only, other mounts keep their own
+		// mode (containerd's choice; docker makes them all read-only).
+		s.Root.Readonly = sc.GetReadonlyRootfs()
+	})}, nil
+}
+
+// processArgs merges the config's command and args with the image's entrypoint and
+// cmd as Kubernetes defines it:
+//
+//	command  args  -> process
+//	   -      -       entrypoint + cmd
+//	   -      A       entrypoint + A
+//	   C      -       C            (the image's cmd is dropped too)
+//	   C      A       C + A
+//
+// An entrypoint of [""] (docker's way to clear it) counts as none.
+func processArgs(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) ([]string, error) {
+	command, args := cfg.GetCommand(), cfg.GetArgs()
+	if len(command) == 0 {
+		if len(img.Entrypoint) != 1 || img.Entrypoint[0] != "" {
+			command = img.Entrypoint
+		}
+		if len(args) == 0 {
+			args = img.Cmd
+		}
+	}
+	out := append(append([]string{}, command...), args...)
+	if len(out) == 0 {
+		return nil, invalid("config.command", "no command: neither the config nor the image gives one")
+	}
+	return out, nil
+}
+
+// workingDir is the config's, else the image's, else "/"; it must be absolute.
+func workingDir(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) (string, error) {
+	field, dir := "config.working_dir", cfg.GetWorkingDir()
+	if dir == "" {
+		field, dir = "image.working_dir", img.WorkingDir
+	}
+	if dir == "" {
+		return "/", nil
+	}
+	if !path.IsAbs(dir) {
+		return "", invalid(field, "%q is not absolute", dir)
+	}
+	return path.Clean(dir), nil
+}
+
+// mergeEnv gives the config's envs precedence over the image's, and both over the
+// defaults (PATH, and HOSTNAME from the pod). Order: the image's keys as the image
+// lists them (overridden in place), then the config's new keys in order, then the
+// defaults not set by either.
+func mergeEnv(in Input) ([]string, error) {
+	var (
+		env   []string
+		index = map[string]int{}
+	)
+	set := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			env[i] = kv
+			return
+		}
+		index[k] = len(env)
+		env = append(env, kv)
+	}
+	for _, kv := range in.Image.Env {
+		set(kv)
+	}
+	for i, e := range in.Config.GetEnvs() {
+		if e.GetKey() == "" || strings.Contains(e.GetKey(), "=") {
+			return nil, invalid(fmt.Sprintf("config.envs[%d].key", i), "%q is not a variable name", e.GetKey())
+		}
+		set(e.GetKey() + "=" + string(e.GetValue()))
+	}
+	defaults := []string{defaultPath}
+	if h := in.SandboxConfig.GetHostname(); h != "" {
+		defaults = append(defaults, "HOSTNAME="+h)
+	}
+	for _, kv := range defaults {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := index[k]; !ok {
+			set(kv)
+		}
+	}
+	return env, nil
+}
+
+// StopSignal is the signal that stops a container of this image: the image's
+// STOPSIGNAL ("SIGQUIT", "QUIT" or "3"), else SIGTERM.
+func StopSignal(image ocispec.ImageConfig) (syscall.Signal, error) {
+	if image.StopSignal == "" {
+		return syscall.SIGTERM, nil
+	}
+	sig, err := signal.ParseSignal(image.StopSignal)
+	if err != nil {
+		return 0, invalid("image.stop_signal", "%v", err)
+	}
+	return sig, nil
+}

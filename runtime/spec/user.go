@@ -1,0 +1,185 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/moby/sys/user"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// User is the process user of a container, resolved against its rootfs.
+type User struct {
+	UID, GID       uint32
+	AdditionalGIDs []uint32 // sorted, without duplicates, including GID
+	Username       string   // for annotations/status only; "" for a uid without passwd entry
+}
+
+// ResolveUser resolves the container's user against the rootfs directory, reading
+// <rootfs>/etc/passwd and <rootfs>/etc/group without following links out of it
+// (either file may be missing).
+//
+//   - user: run_as_username, else run_as_user, else the image's USER ("uid", "name",
+//     "uid:gid", "name:group"), else root;
+//   - group: run_as_group, else the group of the image's USER when that is the user
+//     chosen, else the user's passwd entry, else 0;
+//   - additional groups: the primary group, plus the user's groups from /etc/group
+//     unless SupplementalGroupsPolicy is Strict, plus supplemental_groups.
+//
+// A numeric user needs no passwd entry; an unknown user or group name is an error
+// (InvalidArgument naming the field). So are ids outside [0, 2^31-1], runc's limit.
+func ResolveUser(rootfs string, sc *runtimeapi.LinuxContainerSecurityContext, imageUser string) (User, error) {
+	userArg, groupArg, userField, groupField, err := userArgs(sc, imageUser)
+	if err != nil {
+		return User{}, err
+	}
+	db, err := readUserDB(rootfs)
+	if err != nil {
+		return User{}, err
+	}
+	u, err := db.lookupUser(userArg, userField)
+	if err != nil {
+		return User{}, err
+	}
+	if groupArg != "" {
+		if u.GID, err = db.lookupGroup(groupArg, groupField); err != nil {
+			return User{}, err
+		}
+	}
+	gids := []uint32{u.GID}
+	switch p := sc.GetSupplementalGroupsPolicy(); p {
+	case runtimeapi.SupplementalGroupsPolicy_Merge:
+		if u.Username != "" {
+			gids = append(gids, db.groupsOf(u.Username)...)
+		}
+	case runtimeapi.SupplementalGroupsPolicy_Strict:
+	default:
+		return User{}, invalid(secField+".supplemental_groups_policy", "unknown policy %d", p)
+	}
+	for i, g := range sc.GetSupplementalGroups() {
+		if g < 0 || g > math.MaxInt32 {
+			return User{}, invalid(fmt.Sprintf("%s.supplemental_groups[%d]", secField, i), "%d out of range", g)
+		}
+		gids = append(gids, uint32(g))
+	}
+	slices.Sort(gids)
+	u.AdditionalGIDs = slices.Compact(gids)
+	return u, nil
+}
+
+// userArgs picks the user and group strings and the fields they come from.
+func userArgs(sc *runtimeapi.LinuxContainerSecurityContext, imageUser string) (userArg, groupArg, userField, groupField string, err error) {
+	switch {
+	case sc.GetRunAsUsername() != "":
+		userArg, userField = sc.GetRunAsUsername(), secField+".run_as_username"
+	case sc.GetRunAsUser() != nil:
+		userArg, userField = strconv.FormatInt(sc.GetRunAsUser().GetValue(), 10), secField+".run_as_user"
+	default:
+		userField, groupField = "image.user", "image.user"
+		if strings.Count(imageUser, ":") > 1 {
+			return "", "", "", "", invalid(userField, "%q is not user[:group]", imageUser)
+		}
+		userArg, groupArg, _ = strings.Cut(imageUser, ":")
+	}
+	if userArg == "" {
+		userArg = "0"
+	}
+	if g := sc.GetRunAsGroup(); g != nil {
+		groupArg, groupField = strconv.FormatInt(g.GetValue(), 10), secField+".run_as_group"
+	}
+	return userArg, groupArg, userField, groupField, nil
+}
+
+// userDB is the rootfs's passwd and group files; either may be absent.
+type userDB struct {
+	users  []user.User
+	groups []user.Group
+}
+
+// readUserDB reads the files with containerd's reader (oci.UserFromFS, GIDFromFS):
+// it resolves symlinks inside the rootfs (an absolute link stays in it), accepts only
+// regular files and caps their size. The filters collect every entry.
+func readUserDB(rootfs string) (*userDB, error) {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("open rootfs: %w", err)
+	}
+	defer root.Close()
+	db := &userDB{}
+	_, err = oci.UserFromFS(root.FS(), func(u user.User) bool { db.users = append(db.users, u); return false })
+	if err != nil && !errors.Is(err, oci.ErrNoUsersFound) && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read the image's /etc/passwd: %w", err)
+	}
+	_, err = oci.GIDFromFS(root.FS(), func(g user.Group) bool { db.groups = append(db.groups, g); return false })
+	if err != nil && !errors.Is(err, oci.ErrNoGroupsFound) && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read the image's /etc/group: %w", err)
+	}
+	return db, nil
+}
+
+// lookupUser resolves a uid or name. A uid without passwd entry gets gid 0.
+func (db *userDB) lookupUser(arg, field string) (User, error) {
+	uid, numeric, err := parseID(arg)
+	if err != nil {
+		return User{}, invalid(field, "user %q: %v", arg, err)
+	}
+	for _, u := range db.users {
+		if (numeric && u.Uid == int(uid)) || (!numeric && u.Name == arg) {
+			return User{UID: uint32(u.Uid), GID: uint32(u.Gid), Username: u.Name}, nil
+		}
+	}
+	if !numeric {
+		return User{}, invalid(field, "user %q not found in the image's /etc/passwd", arg)
+	}
+	return User{UID: uid}, nil
+}
+
+// lookupGroup resolves a gid or group name.
+func (db *userDB) lookupGroup(arg, field string) (uint32, error) {
+	gid, numeric, err := parseID(arg)
+	if err != nil {
+		return 0, invalid(field, "group %q: %v", arg, err)
+	}
+	if numeric {
+		return gid, nil
+	}
+	for _, g := range db.groups {
+		if g.Name == arg {
+			return uint32(g.Gid), nil
+		}
+	}
+	return 0, invalid(field, "group %q not found in the image's /etc/group", arg)
+}
+
+// groupsOf is the gids of the groups that list name as a member.
+func (db *userDB) groupsOf(name string) []uint32 {
+	var out []uint32
+	for _, g := range db.groups {
+		if slices.Contains(g.List, name) {
+			out = append(out, uint32(g.Gid))
+		}
+	}
+	return out
+}
+
+// parseID reads a numeric id in [0, MaxInt32]; numeric is false for a name.
+func parseID(s string) (id uint32, numeric bool, err error) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, true, fmt.Errorf("out of range")
+		}
+		return 0, false, nil
+	}
+	if v < 0 || v > math.MaxInt32 {
+		return 0, true, fmt.Errorf("out of range")
+	}
+	return uint32(v), true, nil
+}

@@ -1,0 +1,135 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
+	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
+	"github.com/containerd/typeurl/v2"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// cgroupSample is what shimd reads of one task's cgroup (v1 or v2).
+type cgroupSample struct {
+	at                 time.Time
+	cpuNanos           uint64
+	memUsage, memWS    uint64
+	memRSS, pageFaults uint64
+	majorPageFaults    uint64
+}
+
+// cpuRates remembers the last CPU sample per task, so usage_nano_cores can be given.
+type cpuRates struct {
+	mu   sync.Mutex
+	last map[string]cgroupSample
+}
+
+// rate returns nano cores used since the previous sample of id (0 on the first).
+func (r *cpuRates) rate(id string, s cgroupSample) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]cgroupSample{}
+	}
+	prev, ok := r.last[id]
+	r.last[id] = s
+	if !ok || !s.at.After(prev.at) || s.cpuNanos < prev.cpuNanos {
+		return 0
+	}
+	return uint64(float64(s.cpuNanos-prev.cpuNanos) / float64(s.at.Sub(prev.at).Nanoseconds()) * 1e9)
+}
+
+func (r *cpuRates) forget(id string) {
+	r.mu.Lock()
+	delete(r.last, id)
+	r.mu.Unlock()
+}
+
+// taskSample reads a task's cgroup metrics through containerd (works for v1 and v2).
+func (s *Service) taskSample(ctx context.Context, id string) (cgroupSample, error) {
+	cc, err := s.opts.Client.LoadContainer(ctx, id)
+	if err != nil {
+		return cgroupSample{}, err
+	}
+	task, err := cc.Task(ctx, nil)
+	if err != nil {
+		return cgroupSample{}, err
+	}
+	m, err := task.Metrics(ctx)
+	if err != nil {
+		return cgroupSample{}, err
+	}
+	data, err := typeurl.UnmarshalAny(m.Data)
+	if err != nil {
+		return cgroupSample{}, fmt.Errorf("decode metrics of %s: %w", id, err)
+	}
+	out := cgroupSample{at: m.Timestamp.AsTime()}
+	switch d := data.(type) {
+	case *v1.Metrics:
+		out.cpuNanos = d.GetCPU().GetUsage().GetTotal()
+		mem := d.GetMemory()
+		out.memUsage = mem.GetUsage().GetUsage()
+		out.memWS = out.memUsage
+		if inactive := mem.GetTotalInactiveFile(); inactive < out.memWS {
+			out.memWS -= inactive
+		}
+		out.memRSS, out.pageFaults, out.majorPageFaults = mem.GetTotalRSS(), mem.GetTotalPgFault(), mem.GetTotalPgMajFault()
+	case *v2.Metrics:
+		out.cpuNanos = d.GetCPU().GetUsageUsec() * 1000
+		mem := d.GetMemory()
+		out.memUsage = mem.GetUsage()
+		out.memWS = out.memUsage
+		if inactive := mem.GetInactiveFile(); inactive < out.memWS {
+			out.memWS -= inactive
+		}
+		out.memRSS, out.pageFaults, out.majorPageFaults = mem.GetAnon(), mem.GetPgfault(), mem.GetPgmajfault()
+	default:
+		return cgroupSample{}, fmt.Errorf("metrics of %s: unknown type %T", id, data)
+	}
+	return out, nil
+}
+
+func (s *Service) cpuMem(id string, smp cgroupSample) (*runtimeapi.CpuUsage, *runtimeapi.MemoryUsage) {
+	ts := smp.at.UnixNano()
+	return &runtimeapi.CpuUsage{
+			Timestamp:            ts,
+			UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: smp.cpuNanos},
+			UsageNanoCores:       &runtimeapi.UInt64Value{Value: s.rates.rate(id, smp)},
+		}, &runtimeapi.MemoryUsage{
+			Timestamp:       ts,
+			WorkingSetBytes: &runtimeapi.UInt64Value{Value: smp.memWS},
+			UsageBytes:      &runtimeapi.UInt64Value{Value: smp.memUsage},
+			RssBytes:        &runtimeapi.UInt64Value{Value: smp.memRSS},
+			PageFaults:      &runtimeapi.UInt64Value{Value: smp.pageFaults},
+			MajorPageFaults: &runtimeapi.UInt64Value{Value: smp.majorPageFaults},
+		}
+}
+
+// containerStats gathers one container's stats; CPU and memory only while it runs.
+func (s *Service) containerStats(ctx context.Context, c *Container) *runtimeapi.ContainerStats {
+	out := &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{
+		Id: c.ID, Metadata: c.Config.GetMetadata(), Labels: c.Config.GetLabels(), Annotations: c.Config.GetAnnotations(),
+	}}
+	now := time.Now().UnixNano()
+	if c.Status().State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if smp, err := s.taskSample(ctx, c.ID); err == nil {
+			out.Cpu, out.Memory = s.cpuMem(c.ID, smp)
+		}
+	}
+	if out.Cpu == nil {
+		out.Cpu = &runtimeapi.CpuUsage{Timestamp: now}
+		out.Memory = &runtimeapi.MemoryUsage{Timestamp: now}
+	}
+	if u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID); err == nil {
+		out.WritableLayer = &runtimeapi.FilesystemUsage{
+			Timestamp:  now,
+			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: c.Snapshotter},
+			UsedBytes:  &runtimeapi.UInt64Value{Value: uint64(u.Size)},
+			InodesUsed: &runtimeapi.UInt64Value{Value: uint64(u.Inodes)},
+		}
+	}
+	return out
+}
