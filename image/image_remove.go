@@ -10,9 +10,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// RemoveImage removes an image by id, digest, unique id prefix or tag. Removing one of
-// several tags removes only that tag; removing the last tag, the id or a digest
-// removes the image. An absent image succeeds. Content that a container still uses
+// RemoveImage removes an image by id, digest, unique id prefix or tag, with all its
+// tags and digests, as CRI defines it (critest: "removing image by one tag should
+// remove all tags"). An absent image succeeds. Content that a container still uses
 // stays until that container is removed (its snapshot holds its layers).
 func (s *Service) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	ref := req.GetImage().GetImage()
@@ -27,9 +27,6 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRe
 		return nil, err
 	}
 	toDelete := img.Records
-	if r, err := ParseRef(ref); err == nil && r.Digest == "" && len(img.RepoTags) > 1 {
-		toDelete = []string{r.Name}
-	}
 	is := s.opts.Client.ImageService()
 	for i, name := range toDelete {
 		var opts []images.DeleteOpt

@@ -78,6 +78,13 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 }
 
 func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, rt sandbox.Runtime) (retErr error) {
+	// A lease keeps the writable layer from containerd's garbage collector until the
+	// container record references it.
+	ctx, done, err := s.opts.Client.WithLease(ctx)
+	if err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	defer done(context.WithoutCancel(ctx))
 	sn := s.opts.Client.SnapshotService(rt.Snapshotter)
 	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
 	if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {

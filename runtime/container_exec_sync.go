@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -37,7 +38,7 @@ func (s *Service) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ExecSyncResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: int32(code)}, nil
+	return &runtimeapi.ExecSyncResponse{Stdout: stdout.buf.Bytes(), Stderr: stderr.buf.Bytes(), ExitCode: int32(code)}, nil
 }
 
 // runningContainer finds a container and checks that it runs.
@@ -94,12 +95,16 @@ func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	if err != nil {
 		return 0, fmt.Errorf("exec in container %s: %w", c.ID, err)
 	}
+	// Deleting the process waits in the shim for its IO, which a leftover child may
+	// hold for seconds: it is done in the background (bounded), not by the caller.
 	defer func() {
-		cctx, cancel := context.WithTimeout(dctx, 30*time.Second)
-		defer cancel()
-		if _, err := proc.Delete(cctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			_ = err
-		}
+		go func() {
+			cctx, cancel := context.WithTimeout(dctx, 30*time.Second)
+			defer cancel()
+			if _, err := proc.Delete(cctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				log.G(cctx).WithError(err).WithField("exec", execID).Debug("delete exec process")
+			}
+		}()
 	}()
 	exitc, err := proc.Wait(dctx)
 	if err != nil {
@@ -117,7 +122,9 @@ func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	}
 	select {
 	case st := <-exitc:
+		log.G(ctx).WithField("exec", execID).Debugf("exec exited with %d", st.ExitCode())
 		drainIO(proc.IO())
+		log.G(ctx).WithField("exec", execID).Debug("exec output drained")
 		return st.ExitCode(), nil
 	case <-ctx.Done():
 		_ = proc.Kill(dctx, syscall.SIGKILL)
@@ -134,25 +141,28 @@ func drainIO(pio cio.IO) {
 	go func() { pio.Wait(); close(done) }()
 	select {
 	case <-done:
+		pio.Close()
 	case <-time.After(ioDrainTimeout):
+		// Closing our ends of the pipes ends the copies.
 		pio.Cancel()
+		pio.Close()
 		<-done
 	}
-	pio.Close()
 }
 
-// cappedBuffer keeps the first max bytes written and discards the rest.
+// cappedBuffer keeps the first max bytes written and discards the rest. (The buffer
+// is a field, not embedded: io.Copy would use bytes.Buffer's ReadFrom and skip the cap.)
 type cappedBuffer struct {
-	bytes.Buffer
+	buf bytes.Buffer
 	max int
 }
 
 func (b *cappedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Buffer.Len(); room > 0 {
+	if room := b.max - b.buf.Len(); room > 0 {
 		if len(p) > room {
-			b.Buffer.Write(p[:room])
+			b.buf.Write(p[:room])
 		} else {
-			b.Buffer.Write(p)
+			b.buf.Write(p)
 		}
 	}
 	return len(p), nil

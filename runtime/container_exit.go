@@ -79,8 +79,8 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 		}
 		st.State, st.ExitCode, st.Reason, st.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, int32(status), reason, at.UnixNano()
 		st.Starting = false
-		if st.StartedAt == 0 {
-			st.StartedAt = at.UnixNano()
+		if st.StartedAt == 0 || st.StartedAt > st.FinishedAt {
+			st.StartedAt = st.FinishedAt
 		}
 	})
 	if err != nil {

@@ -96,6 +96,7 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 	c.mu.Lock()
 	c.io = cio
 	c.mu.Unlock()
+	startedAt := time.Now()
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
@@ -105,7 +106,7 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 		// An exit may have been handled already (a command that ends at once).
 		if st.State == runtimeapi.ContainerState_CONTAINER_CREATED {
 			st.State = runtimeapi.ContainerState_CONTAINER_RUNNING
-			st.StartedAt = time.Now().UnixNano()
+			st.StartedAt = startedAt.UnixNano()
 		}
 	})
 }

@@ -49,7 +49,8 @@ func newGRPCServer(ready *atomic.Bool, rs runtimeapi.RuntimeServiceServer, is ru
 		grpc.ChainUnaryInterceptor(unaryInterceptor(ready)),
 		grpc.ChainStreamInterceptor(streamInterceptor(ready)),
 		grpc.MaxRecvMsgSize(16<<20),
-		grpc.MaxSendMsgSize(16<<20),
+		// ExecSync answers up to 16 MiB of stdout plus 16 MiB of stderr.
+		grpc.MaxSendMsgSize(40<<20),
 	)
 	runtimeapi.RegisterRuntimeServiceServer(srv, rs)
 	if is != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -98,7 +99,8 @@ func waitLog(t *testing.T, path, want string) string {
 }
 
 func execSync(t *testing.T, rs runtimeapi.RuntimeServiceClient, id string, timeout int64, cmd ...string) (*runtimeapi.ExecSyncResponse, error) {
-	return rs.ExecSync(ctxT(t, time.Minute), &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: timeout})
+	return rs.ExecSync(ctxT(t, time.Minute), &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: timeout},
+		grpc.MaxCallRecvMsgSize(40<<20))
 }
 
 func TestContainerLifecycle(t *testing.T) {
@@ -108,8 +110,8 @@ func TestContainerLifecycle(t *testing.T) {
 	rs := env.Shimd.Runtime(t)
 	pod := newPod(t, rs, "life")
 
-	cfg := pod.container("main", "sh", "-c", "echo hello; echo oops >&2; exec sleep 3600")
-	cfg.Envs = []*runtimeapi.KeyValue{{Key: "GREETING", Value: "hi there"}}
+	cfg := pod.container("main", "sh", "-c", "trap '' TERM; echo hello; echo oops >&2; while :; do sleep 1; done")
+	cfg.Envs = []*runtimeapi.KeyValue{{Key: "GREETING", Value: []byte("hi there")}}
 	id := pod.create(cfg)
 	st := containerStatus(t, rs, id)
 	require.Equal(t, runtimeapi.ContainerState_CONTAINER_CREATED, st.State)
@@ -133,7 +135,7 @@ func TestContainerLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list.Containers, 1)
 
-	// sleep as PID 1 ignores SIGTERM: the grace period ends in SIGKILL.
+	// The shell ignores SIGTERM: the grace period ends in SIGKILL.
 	start := time.Now()
 	_, err = rs.StopContainer(ctxT(t, time.Minute), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1})
 	require.NoError(t, err)
@@ -210,12 +212,12 @@ func TestExecSyncTimeoutCapAndBackgroundChild(t *testing.T) {
 	id := pod.run(pod.container("main", "sleep", "3600"))
 
 	start := time.Now()
-	_, err := execSync(t, rs, id, 1, "sleep", "60")
+	_, err := execSync(t, rs, id, 1, "sleep", "61")
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
 	require.Less(t, time.Since(start), 20*time.Second)
-	out, err := execSync(t, rs, id, 0, "sh", "-c", "pgrep -f 'sleep 60' || echo none")
+	out, err := execSync(t, rs, id, 0, "sh", "-c", "ps | grep -c 'sleep 6[1]'")
 	require.NoError(t, err)
-	require.Equal(t, "none\n", string(out.Stdout), "the timed-out command was killed")
+	require.Equal(t, "0\n", string(out.Stdout), "the timed-out command was killed")
 
 	start = time.Now()
 	out, err = execSync(t, rs, id, 10, "sh", "-c", "sleep 30 & echo started")

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/stretchr/testify/require"
+)
+
+// critestImages are the names critest v1.36.0 pulls (pkg/validate,
+// pkg/framework, pkg/benchmark), except the upstream-digest image.
+var critestImages = []string{
+	"registry.k8s.io/e2e-test-images/busybox:1.29-2",
+	"registry.k8s.io/e2e-test-images/nginx:1.14-2",
+	"registry.k8s.io/e2e-test-images/httpd:2.4.39-4",
+	"registry.k8s.io/e2e-test-images/nonewprivs:1.3",
+	"gcr.io/k8s-staging-cri-tools/hostnet-nginx-amd64",
+	"gcr.io/k8s-staging-cri-tools/test-image-latest:latest",
+	"gcr.io/k8s-staging-cri-tools/test-image-tag:test",
+	"gcr.io/k8s-staging-cri-tools/test-image-tag:all",
+	"gcr.io/k8s-staging-cri-tools/test-image-1:latest",
+	"gcr.io/k8s-staging-cri-tools/test-image-2:latest",
+	"gcr.io/k8s-staging-cri-tools/test-image-3:latest",
+	"gcr.io/k8s-staging-cri-tools/test-image-tags:1",
+	"gcr.io/k8s-staging-cri-tools/test-image-tags:2",
+	"gcr.io/k8s-staging-cri-tools/test-image-tags:3",
+	"gcr.io/k8s-staging-cri-tools/test-image-user-uid",
+	"gcr.io/k8s-staging-cri-tools/test-image-user-username",
+	"gcr.io/k8s-staging-cri-tools/test-image-user-uid-group",
+	"gcr.io/k8s-staging-cri-tools/test-image-user-username-group",
+	"gcr.io/k8s-staging-cri-tools/test-image-predefined-group",
+	"registry.k8s.io/pause:3.9",
+	"k8s.gcr.io/pause:3.9",
+	"public.ecr.aws/docker/library/busybox:1.35.0-glibc",
+	"public.ecr.aws/docker/library/busybox:1-uclibc",
+	"public.ecr.aws/docker/library/busybox:1",
+	"public.ecr.aws/docker/library/busybox:1-glibc",
+	"public.ecr.aws/docker/library/busybox:1-musl",
+}
+
+func fakeInputs() inputs {
+	return inputs{
+		Busybox: []byte("busybox"),
+		Applets: []string{"[", "busybox", "ipcs", "ls", "pgrep", "sh"},
+		Helpers: map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z")},
+	}
+}
+
+// renderAll maps every name to its rendered image.
+func renderAll(t *testing.T) (map[string]published, map[string]*image) {
+	imgs, err := catalog(fakeInputs())
+	require.NoError(t, err)
+	pubs, byName := map[string]published{}, map[string]*image{}
+	for _, img := range imgs {
+		p, err := render(img)
+		require.NoError(t, err)
+		for _, n := range img.Names {
+			_, _, err := repoAndRef(n)
+			require.NoError(t, err, n)
+			require.NotContains(t, pubs, n, "name used twice")
+			pubs[n], byName[n] = p, img
+		}
+	}
+	return pubs, byName
+}
+
+func TestCatalog(t *testing.T) {
+	pubs, byName := renderAll(t)
+	for _, n := range critestImages {
+		require.Contains(t, pubs, n)
+	}
+
+	// Reproducible: a second build gives the same digests.
+	again, _ := renderAll(t)
+	for n, p := range pubs {
+		require.Equal(t, p.Top().Digest, again[n].Top().Digest, n)
+	}
+
+	// One ID per image; names that share an image share it on purpose.
+	ids := map[string]string{}
+	for n, p := range pubs {
+		id := p.Config.Digest.String()
+		if other, ok := ids[id]; ok {
+			require.Same(t, byName[other], byName[n], "%s and %s share an ID", n, other)
+		}
+		ids[id] = n
+	}
+	same := func(a, b string) { require.Equal(t, pubs[a].Top().Digest, pubs[b].Top().Digest, a+" vs "+b) }
+	same("registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.9")
+	same("gcr.io/k8s-staging-cri-tools/test-image-tags:1", "gcr.io/k8s-staging-cri-tools/test-image-tags:3")
+	same("docker.io/library/busybox:latest", "docker.io/library/busybox:1.36")
+
+	for name, user := range map[string]string{
+		"gcr.io/k8s-staging-cri-tools/test-image-user-uid":            "1002",
+		"gcr.io/k8s-staging-cri-tools/test-image-user-username":       "www-data",
+		"gcr.io/k8s-staging-cri-tools/test-image-user-uid-group":      "1003:1004",
+		"gcr.io/k8s-staging-cri-tools/test-image-user-username-group": "www-data:1004",
+		"gcr.io/k8s-staging-cri-tools/test-image-predefined-group":    "1000",
+	} {
+		var cfg ocispec.Image
+		require.NoError(t, json.Unmarshal(pubs[name].Config.Data, &cfg))
+		require.Equal(t, user, cfg.Config.User, name)
+	}
+
+	// The bench image is about 50 MB.
+	var size int
+	for _, l := range pubs["docker.io/shimd/bench:50mb"].Layers {
+		size += len(l.Data)
+	}
+	require.InDelta(t, 50e6, size, 3e6)
+}
+
+func TestLayerHardLinksAndModes(t *testing.T) {
+	pubs, _ := renderAll(t)
+	files := map[string]*tar.Header{}
+	var order []string
+	for _, l := range pubs["registry.k8s.io/e2e-test-images/nonewprivs:1.3"].Layers {
+		zr, err := gzip.NewReader(bytes.NewReader(l.Data))
+		require.NoError(t, err)
+		tr := tar.NewReader(zr)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+			require.True(t, h.ModTime.Equal(epoch), h.Name)
+			files[h.Name], order = h, append(order, h.Name)
+		}
+	}
+	sh := files["bin/sh"]
+	require.NotNil(t, sh)
+	require.Equal(t, byte(tar.TypeLink), sh.Typeflag)
+	require.Equal(t, "bin/busybox", sh.Linkname)
+	require.Equal(t, int64(0o755), sh.Mode, "a hard link's header mode is applied to the file")
+	require.Less(t, indexOf(order, "bin/busybox"), indexOf(order, "bin/["), "link target first")
+	require.Equal(t, int64(0o4755), files["usr/local/bin/nnp"].Mode)
+	require.Equal(t, int64(0o1777), files["tmp/"].Mode)
+	require.Equal(t, 0, files["usr/local/bin/nnp"].Uid)
+}
+
+func indexOf(ss []string, s string) int {
+	for i, x := range ss {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestRepoAndRef(t *testing.T) {
+	for _, tc := range []struct{ name, repo, tag string }{
+		{"registry.k8s.io/pause:3.9", "pause", "3.9"},
+		{"docker.io/library/busybox:1.36", "library/busybox", "1.36"},
+		{"public.ecr.aws/docker/library/busybox:1", "docker/library/busybox", "1"},
+		{"gcr.io/k8s-staging-cri-tools/hostnet-nginx-amd64", "k8s-staging-cri-tools/hostnet-nginx-amd64", "latest"},
+	} {
+		repo, tag, err := repoAndRef(tc.name)
+		require.NoError(t, err)
+		require.Equal(t, tc.repo, repo, tc.name)
+		require.Equal(t, tc.tag, tag, tc.name)
+	}
+}

@@ -1,0 +1,247 @@
+// Command mkimages builds the offline image set that critest and shimd's
+// tests pull, without docker: it builds busybox from Debian's source
+// package (cached), compiles the helper programs under critest/images/cmd,
+// assembles reproducible layers and image configs, and pushes every image,
+// under the repository path of its upstream name, into a docker-registry
+// storage directory. Tests then serve that directory read-only
+// (critest/harness.StartRegistry) and mirror the upstream registries to it.
+//
+// Run from the repository root (critest/images/build.sh does):
+//
+//	go run ./critest/images/cmd/mkimages [-force] [-list]
+//
+// A stamp in the storage directory records the hash of the sources the set
+// was built from; when it matches, mkimages does nothing. See
+// critest/images/README.md.
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	defaultStorage = "/var/cache/shimd/registry"
+	defaultCache   = "/var/cache/shimd/images"
+	stampFile      = "shimd-stamp"
+	listFile       = "shimd-images.txt"
+	// formatVersion changes when this program's output changes for the
+	// same sources.
+	formatVersion = "mkimages v1"
+)
+
+func main() {
+	storage := flag.String("storage", envOr("SHIMD_REGISTRY_STORAGE", defaultStorage), "registry storage directory to fill")
+	cache := flag.String("cache", defaultCache, "cache for the busybox build and its source package")
+	force := flag.Bool("force", false, "rebuild and push even if the stamp says the storage is up to date")
+	list := flag.Bool("list", false, "print the images (name, digest, what it is) after building")
+	clean := flag.Bool("clean", false, "empty the storage first (drops names no longer in the set); implies -force")
+	flag.Parse()
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "mkimages [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	if err := build(*storage, *cache, *force, *clean, logf); err != nil {
+		fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
+		os.Exit(1)
+	}
+	if *list {
+		b, err := os.ReadFile(filepath.Join(*storage, listFile))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
+	}
+}
+
+func build(storage, cache string, force, clean bool, logf func(string, ...any)) error {
+	repo, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{storage, cache} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// One build at a time per storage directory (tests may start several).
+	unlock, err := lock(storage + ".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if clean {
+		// Only what the registry and this program put there.
+		for _, p := range []string{"docker", stampFile, listFile} {
+			if err := os.RemoveAll(filepath.Join(storage, p)); err != nil {
+				return err
+			}
+		}
+	}
+
+	bbKey, err := busyboxKey()
+	if err != nil {
+		return err
+	}
+	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey)
+	if err != nil {
+		return err
+	}
+	stamp := filepath.Join(storage, stampFile)
+	if old, _ := os.ReadFile(stamp); !force && strings.TrimSpace(string(old)) == key {
+		logf("%s is up to date (stamp %s)", storage, key[:16])
+		return nil
+	}
+
+	bb, err := busybox(cache, logf)
+	if err != nil {
+		return err
+	}
+	in := inputs{Helpers: map[string][]byte{}}
+	if in.Busybox, err = os.ReadFile(bb); err != nil {
+		return err
+	}
+	if in.Applets, err = busyboxApplets(bb); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "shimd-mkimages-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if in.Helpers, err = buildHelpers(repo, work); err != nil {
+		return err
+	}
+	logf("helpers built: %s", strings.Join(helperNames, ", "))
+	imgs, err := catalog(in)
+	if err != nil {
+		return err
+	}
+	logf("%d images assembled; pushing to %s", len(imgs), storage)
+
+	reg, err := startRegistry(storage, work)
+	if err != nil {
+		return err
+	}
+	defer reg.stop()
+	ps := newPusher(reg.URL)
+	var listing []string
+	for _, img := range imgs {
+		p, err := render(img)
+		if err != nil {
+			return err
+		}
+		for _, name := range img.Names {
+			repoPath, tag, err := repoAndRef(name)
+			if err != nil {
+				return err
+			}
+			if err := ps.push(repoPath, tag, p); err != nil {
+				return fmt.Errorf("push %s: %w", name, err)
+			}
+			listing = append(listing, fmt.Sprintf("%s\t%s\t%s", name, p.Top().Digest, img.Doc))
+		}
+	}
+	reg.stop()
+	logf("pushed %d names, uploaded %.1f MB", len(listing), float64(ps.Uploaded)/1e6)
+
+	list := "# name\tmanifest digest\twhat it is (written by critest/images/cmd/mkimages)\n" + strings.Join(listing, "\n") + "\n"
+	if err := writeAtomic(filepath.Join(storage, listFile), []byte(list)); err != nil {
+		return err
+	}
+	return writeAtomic(stamp, []byte(key+"\n"))
+}
+
+// sourceKey hashes what the image set is built from: every file under
+// critest/images except docs and tests, the busybox build key, the Go
+// version (compress/flate and the helpers' code come from it) and this
+// program's format version.
+func sourceKey(dir, busyboxKey string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s\n", formatVersion, busyboxKey, runtime.Version())
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() && !strings.HasSuffix(p, ".md") && !strings.HasSuffix(p, "_test.go") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		rel, _ := filepath.Rel(dir, f)
+		sum := sha256.Sum256(b)
+		fmt.Fprintf(h, "%s %x\n", rel, sum)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// repoRoot walks up from the working directory to shimd's go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/shimd/shimd\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run mkimages inside the shimd repository")
+		}
+		dir = parent
+	}
+}
+
+// lock takes an exclusive flock on path, waiting for another mkimages.
+func lock(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func jobs() int { return runtime.NumCPU() }
