@@ -1,7 +1,6 @@
 package runtime
 
 import (
-
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/sandbox"

@@ -16,8 +16,8 @@ import (
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/v2/pkg/cap"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cap"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/log"
 
