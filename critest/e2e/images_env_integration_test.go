@@ -25,7 +25,7 @@ func imageEnv(t *testing.T, opts harness.Options) (*harness.Env, *harness.Regist
 	t.Helper()
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	hosts := t.TempDir()
-	reg.WriteHostsDir(t, hosts)
+	reg.WriteHermeticHostsDir(t, hosts) // a missing image never falls through to the real registry
 	opts.Shimd.ExtraConfig += fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)
 	return harness.New(t, opts), reg
 }
