@@ -39,6 +39,15 @@ integration-1.6:
 bench: tools
 	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./critest/bench/
 
+# critest v1.36.0 against shimd, offline (critest/README.md). CRITEST_FOCUS, CRITEST_PARALLEL.
+.PHONY: critest critest-soak
+critest: tools
+	$(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/
+
+# The suite 3 times in one environment, then nothing may be left behind.
+critest-soak: tools
+	CRITEST_RUNS=3 $(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/
+
 tools:
 	bash hack/tools.sh all
 

@@ -92,7 +92,7 @@ func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *r
 		client.WithPullUnpack,
 		client.WithPullSnapshotter(snapshotter),
 		client.WithPlatformMatcher(s.platform),
-		client.WithMaxConcurrentDownloads(3),
+		client.WithMaxConcurrentDownloads(8),
 	)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), stalled) {

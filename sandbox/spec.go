@@ -64,9 +64,6 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 			"io.kubernetes.cri.sandbox-name":      cfg.GetMetadata().GetName(),
 			"io.kubernetes.cri.sandbox-namespace": cfg.GetMetadata().GetNamespace(),
 			"io.kubernetes.cri.sandbox-uid":       cfg.GetMetadata().GetUid(),
-			// All pause containers share one runc shim: starting a shim is the
-			// slowest step of RunPodSandbox, and pause processes need no IO.
-			"io.containerd.runc.v2.group": "shimd-pause",
 		}),
 	}
 	if nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE {

@@ -41,29 +41,38 @@ func TestMain(m *testing.M) { harness.Main(m) }
 type target struct {
 	name    string // "shimd" or "containerd"; also the metric prefix
 	rt      runtimeapi.RuntimeServiceClient
+	is      runtimeapi.ImageServiceClient
 	samples map[string][]time.Duration // by op
 }
 
-// BenchmarkPodLifecycle times RunPodSandbox, StopPodSandbox and
-// RemovePodSandbox through shimd and through containerd's own CRI plugin.
-// Both run on the same containerd (namespaces "shimd" and "k8s.io"), the same
-// runc and the same CNI network (bridge + host-local + portmap), from the
-// same pause image bytes. Rounds are interleaved (shimd round i, then
-// containerd round i) so background noise hits both alike. The benchmark
-// ignores b.N: one run does the fixed number of rounds (use -benchtime 1x).
-func BenchmarkPodLifecycle(b *testing.B) {
+// pair is one containerd with its own CRI plugin and a shimd on it, sharing the CNI
+// network and the offline registry (hosts.toml mirrors for both).
+type pair struct {
+	env           *harness.Env
+	shimd, cd     *target
+	shimdIS, cdIS runtimeapi.ImageServiceClient
+}
+
+// newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
+// "k8s.io"), the same runc and the same CNI network (bridge + host-local + portmap),
+// from the same pause image bytes.
+func newPair(b *testing.B) *pair {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
 	}
+	reg := harness.StartRegistry(b, harness.RegistryOptions{})
+	hosts := b.TempDir()
+	reg.WriteHermeticHostsDir(b, hosts)
 	// containerd with its CRI plugin, the CNI network in <base>/net.d (the
 	// CRI plugin's conf dir), and a leak check of namespace k8s.io.
-	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true}})
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, RegistryConfigPath: hosts}})
 	// shimd in the same base dir: same containerd, same CNI conf dir (hence
 	// the same bridge and IPAM data dir), its own runc root.
 	shimd := harness.StartShimd(b, harness.ShimdOptions{
 		ContainerdAddress: env.Containerd.Address(),
 		Dir:               env.Base,
 		RuncRoot:          filepath.Join(env.Base, "runc"),
+		ExtraConfig:       fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
 	})
 	// Registered after StartShimd, so it runs while shimd is still up.
 	b.Cleanup(func() {
@@ -76,28 +85,44 @@ func BenchmarkPodLifecycle(b *testing.B) {
 	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(b, err)
 	b.Cleanup(func() { conn.Close() })
-	importSandboxImage(b, env, runtimeapi.NewImageServiceClient(conn))
+	cdIS := runtimeapi.NewImageServiceClient(conn)
+	importSandboxImage(b, env, cdIS)
 	criRT := runtimeapi.NewRuntimeServiceClient(conn)
 	waitCRIReady(b, criRT)
-
-	targets := []*target{
-		{name: "shimd", rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
-		{name: "containerd", rt: criRT, samples: map[string][]time.Duration{}},
+	p := &pair{
+		env:     env,
+		shimd:   &target{name: "shimd", rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
+		cd:      &target{name: "containerd", rt: criRT, samples: map[string][]time.Duration{}},
+		shimdIS: shimd.Images(b),
+		cdIS:    cdIS,
 	}
+	p.shimd.is, p.cd.is = p.shimdIS, p.cdIS
+	b.Cleanup(func() {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+			resp, err := tg.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+			cancel()
+			require.NoError(b, err)
+			require.Empty(b, resp.Items, "%s still lists pods", tg.name)
+		}
+	})
+	return p
+}
+
+// BenchmarkPodLifecycle times RunPodSandbox, StopPodSandbox and RemovePodSandbox
+// through shimd and through containerd's own CRI plugin. Rounds are interleaved
+// (shimd round i, then containerd round i) so background noise hits both alike. The
+// benchmark ignores b.N: one run does the fixed number of rounds (use -benchtime 1x).
+func BenchmarkPodLifecycle(b *testing.B) {
+	p := newPair(b)
+	targets := []*target{p.shimd, p.cd}
 	for round := -warmup; round < rounds; round++ {
 		for _, tg := range targets {
-			tg.lifecycle(b, round, env.CNI.Subnet)
+			tg.lifecycle(b, round, p.env.CNI.Subnet)
 		}
 	}
-
-	for _, tg := range targets {
-		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-		resp, err := tg.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-		cancel()
-		require.NoError(b, err)
-		require.Empty(b, resp.Items, "%s still lists pods", tg.name)
-	}
-	report(b, targets[0], targets[1])
+	report(b, fmt.Sprintf("pod sandbox lifecycle: %d rounds per runtime after %d warm-up rounds, interleaved", rounds, warmup),
+		ops, p.shimd, p.cd)
 }
 
 // importSandboxImage makes containerd's CRI find its sandbox image locally
@@ -199,20 +224,20 @@ func (tg *target) timed(b *testing.B, round int, op string, call func(context.Co
 	}
 }
 
-// report prints the table to stdout (shown by go test -bench without -v)
-// and reports the p50s and their ratios as benchmark metrics.
-func report(b *testing.B, shimd, cd *target) {
+// report prints a table to stdout (shown by go test -bench without -v) and reports
+// the p50s and their ratios as benchmark metrics.
+func report(b *testing.B, title string, ops []string, shimd, cd *target) {
 	var out strings.Builder
-	fmt.Fprintf(&out, "\npod sandbox lifecycle: %d rounds per runtime after %d warm-up rounds, interleaved\n", rounds, warmup)
-	fmt.Fprintf(&out, "%-18s %10s %10s %15s %15s  %s\n",
+	fmt.Fprintf(&out, "\n%s\n", title)
+	fmt.Fprintf(&out, "%-22s %10s %10s %15s %15s  %s\n",
 		"operation", "shimd p50", "shimd p90", "containerd p50", "containerd p90", "ratio p50 (shimd/containerd)")
 	b.ReportMetric(0, "ns/op") // the whole run's time per op means nothing here
 	for _, op := range ops {
 		s50, s90 := percentile(shimd.samples[op], 50), percentile(shimd.samples[op], 90)
 		c50, c90 := percentile(cd.samples[op], 50), percentile(cd.samples[op], 90)
 		ratio := ms(s50) / ms(c50)
-		fmt.Fprintf(&out, "%-18s %8.1fms %8.1fms %13.1fms %13.1fms  %.2fx\n", op, ms(s50), ms(s90), ms(c50), ms(c90), ratio)
-		short := strings.ToLower(strings.TrimSuffix(op, "PodSandbox")) // run, stop, remove
+		fmt.Fprintf(&out, "%-22s %8.1fms %8.1fms %13.1fms %13.1fms  %.2fx\n", op, ms(s50), ms(s90), ms(c50), ms(c90), ratio)
+		short := strings.ToLower(op)
 		b.ReportMetric(ms(s50), shimd.name+"-"+short+"-p50-ms")
 		b.ReportMetric(ms(c50), cd.name+"-"+short+"-p50-ms")
 		b.ReportMetric(ratio, short+"-ratio")

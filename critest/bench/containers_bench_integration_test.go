@@ -1,0 +1,116 @@
+//go:build integration
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const (
+	benchBusybox = "docker.io/library/busybox:latest"
+	bench50MB    = "docker.io/shimd/bench:50mb"
+	pullRounds   = 5
+)
+
+// BenchmarkPull pulls a ~50 MB image of 6 layers from the local registry, then
+// removes it, pullRounds times per runtime, interleaved.
+func BenchmarkPull(b *testing.B) {
+	p := newPair(b)
+	for round := -1; round < pullRounds; round++ {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			tg.timed(b, round, "PullImage", func(ctx context.Context) error {
+				_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: bench50MB}})
+				return err
+			})
+			tg.timed(b, round, "RemoveImage", func(ctx context.Context) error {
+				_, err := tg.is.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: bench50MB}})
+				return err
+			})
+		}
+	}
+	report(b, fmt.Sprintf("image pull of %s (~50 MB, 6 layers): %d rounds per runtime, interleaved", bench50MB, pullRounds),
+		[]string{"PullImage", "RemoveImage"}, p.shimd, p.cd)
+}
+
+// BenchmarkContainerLifecycle creates, starts, execs in, stops and removes a busybox
+// container in one pod per runtime, rounds times, interleaved.
+func BenchmarkContainerLifecycle(b *testing.B) {
+	p := newPair(b)
+	for _, tg := range []*target{p.shimd, p.cd} {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, tg.name)
+	}
+	pods := map[*target]*runtimeapi.PodSandboxConfig{}
+	ids := map[*target]string{}
+	for _, tg := range []*target{p.shimd, p.cd} {
+		cfg := &runtimeapi.PodSandboxConfig{
+			Metadata: &runtimeapi.PodSandboxMetadata{Name: "ctr-" + tg.name, Namespace: "bench", Uid: fmt.Sprintf("ctr-%s-%d", tg.name, os.Getpid())},
+			Linux:    &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{}},
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		cancel()
+		require.NoError(b, err, tg.name)
+		pods[tg], ids[tg] = cfg, resp.PodSandboxId
+	}
+	cops := []string{"CreateContainer", "StartContainer", "ExecSync", "StopContainer", "RemoveContainer"}
+	for round := -warmup; round < rounds; round++ {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			tg.containerRound(b, round, ids[tg], pods[tg])
+		}
+	}
+	for _, tg := range []*target{p.shimd, p.cd} {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: ids[tg]})
+		require.NoError(b, err)
+		_, err = tg.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: ids[tg]})
+		require.NoError(b, err)
+		cancel()
+	}
+	report(b, fmt.Sprintf("container lifecycle (busybox, one pod): %d rounds per runtime after %d warm-up, interleaved", rounds, warmup),
+		cops, p.shimd, p.cd)
+}
+
+func (tg *target) containerRound(b *testing.B, round int, podID string, pod *runtimeapi.PodSandboxConfig) {
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("c%d", round+warmup)},
+		Image:    &runtimeapi.ImageSpec{Image: benchBusybox},
+		Command:  []string{"sleep", "3600"},
+		Linux:    &runtimeapi.LinuxContainerConfig{},
+	}
+	var id string
+	tg.timed(b, round, "CreateContainer", func(ctx context.Context) error {
+		resp, err := tg.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: cfg, SandboxConfig: pod})
+		id = resp.GetContainerId()
+		return err
+	})
+	tg.timed(b, round, "StartContainer", func(ctx context.Context) error {
+		_, err := tg.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+		return err
+	})
+	tg.timed(b, round, "ExecSync", func(ctx context.Context) error {
+		resp, err := tg.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"true"}, Timeout: 30})
+		if err == nil && resp.ExitCode != 0 {
+			err = fmt.Errorf("exit code %d", resp.ExitCode)
+		}
+		return err
+	})
+	tg.timed(b, round, "StopContainer", func(ctx context.Context) error {
+		_, err := tg.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 0})
+		return err
+	})
+	tg.timed(b, round, "RemoveContainer", func(ctx context.Context) error {
+		_, err := tg.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
+		return err
+	})
+	_ = time.Now
+}

@@ -1,0 +1,254 @@
+//go:build integration
+
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distribution/reference"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+// cleanupReserve is how much of go test's -timeout is kept for the harness
+// cleanups (leak check, daemons, CNI) after critest is stopped.
+const cleanupReserve = 3 * time.Minute
+
+// TestCritest runs critest v1.36.0 against shimd, offline, CRITEST_RUNS
+// times (default 1) in one environment: containerd + CNI + shimd from
+// critest/harness, shimd pulling through hosts.toml files that send every
+// mirrored registry (registry.k8s.io, gcr.io, ...) to the local registry and
+// nowhere else. It fails if any run fails or lacks a summary, if a pod or
+// container is left after a run, if an image came from outside the local
+// registry, or if the harness finds a leak at the end.
+func TestCritest(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("critest needs root")
+	}
+	settings, err := SettingsFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	skips, err := ReadSkipFile(filepath.Join(root, "critest", "skip"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range skips {
+		t.Logf("skip %q: %s", s.Pattern, s.Reason)
+	}
+	tools := harness.Tools()
+	critestBin := tools.Critest
+	// critest's -parallel runs "ginkgo" from PATH; hack/tools.sh puts it
+	// next to critest (BinDir is /usr/bin with SHIMD_CONTAINERD=1.6).
+	toolsBin := filepath.Dir(critestBin)
+	tools.Require(t, critestBin)
+	if settings.Parallel > 1 {
+		tools.Require(t, filepath.Join(toolsBin, "ginkgo"))
+	}
+
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	work := harness.NewBaseDir(t)
+	hosts := filepath.Join(work, "hosts")
+	reg.WriteHermeticHostsDir(t, hosts)
+	env := harness.New(t, harness.Options{
+		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
+		LeakTimeout: time.Minute,
+	})
+	t.Logf("base %s, shimd log %s, containerd log %s, registry %s (log %s)",
+		env.Base, env.Shimd.LogPath(), env.Containerd.LogPath(), reg.URL(), reg.LogPath())
+
+	// The harness writes a crictl.yaml for shimd next to its config.
+	crictlCfg := filepath.Join(filepath.Dir(env.Shimd.ConfigPath()), "crictl.yaml")
+	args := Args(env.Shimd.Endpoint(), crictlCfg, settings, SkipRegex(skips))
+	var lines []string
+	for run := 1; run <= settings.Runs; run++ {
+		logPath := filepath.Join(work, fmt.Sprintf("critest-%d.log", run))
+		t.Logf("critest run %d of %d: %s %s (log %s)", run, settings.Runs, critestBin, strings.Join(args, " "), logPath)
+		sum, ok, err := runCritest(t, critestCmd{bin: critestBin, args: args, pathDir: toolsBin, tmp: work, logPath: logPath})
+		switch {
+		case !ok:
+			t.Errorf("run %d: no ginkgo summary in critest's output (%v)", run, err)
+			lines = append(lines, fmt.Sprintf("run %d: no summary (%v)", run, err))
+		default:
+			t.Logf("run %d: %s", run, sum)
+			lines = append(lines, fmt.Sprintf("run %d: %s", run, sum.Line))
+			if err != nil || sum.Failed > 0 || !sum.Succeeded {
+				t.Errorf("run %d failed (%v): %s\n%s", run, err, sum.Line, strings.Join(sum.Failures, "\n"))
+			}
+		}
+		checkNoPodsOrContainers(t, env, run)
+		if t.Failed() && errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+	}
+	checkImagesFromMirrors(t, env)
+	checkRequestsLocal(t, env, reg)
+	t.Logf("critest summary:\n  %s", strings.Join(lines, "\n  "))
+}
+
+// critestCmd is one critest invocation.
+type critestCmd struct {
+	bin     string
+	args    []string
+	pathDir string // put first in PATH (the ginkgo CLI)
+	tmp     string // parent of critest's TMPDIR
+	logPath string
+}
+
+// runCritest runs critest, streaming its output to the test's stdout and to
+// c.logPath, and parses ginkgo's summary. It stops critest (SIGINT to its
+// process group, which holds the ginkgo CLI and its nodes, then SIGKILL)
+// cleanupReserve before go test's deadline.
+func runCritest(t *testing.T, c critestCmd) (Summary, bool, error) {
+	t.Helper()
+	ctx := context.Background()
+	if dl, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-cleanupReserve))
+		defer cancel()
+	}
+	logf, err := os.Create(c.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	// critest -parallel leaves a /tmp/cri-test* directory behind: give it
+	// a private TMPDIR, removed with the base directory.
+	tmp, err := os.MkdirTemp(c.tmp, "tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	w := io.MultiWriter(os.Stdout, logf, &out)
+
+	cmd := exec.CommandContext(ctx, c.bin, c.args...)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(),
+		"PATH="+c.pathDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"TMPDIR="+tmp)
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.Cancel = func() error {
+		// ginkgo reports what was running when interrupted.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	}
+	cmd.WaitDelay = time.Minute
+	start := time.Now()
+	runErr := cmd.Run()
+	if cmd.Process != nil {
+		// Whatever of the group is left (nodes of an interrupted run): the
+		// group is critest's own, created above.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if ctx.Err() != nil {
+		runErr = fmt.Errorf("%w (stopped %s before go test's timeout): %v", ctx.Err(), cleanupReserve, runErr)
+	}
+	t.Logf("critest exited after %s: %v", time.Since(start).Round(time.Second), runErr)
+	sum, ok := ParseSummary(out.String())
+	return sum, ok, runErr
+}
+
+// checkNoPodsOrContainers asserts that shimd lists no pod sandbox and no
+// container after a critest run: critest removes everything it creates.
+func checkNoPodsOrContainers(t *testing.T, env *harness.Env, run int) {
+	t.Helper()
+	rt := env.Shimd.Runtime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Errorf("run %d: ListPodSandbox: %v", run, err)
+	} else {
+		for _, p := range pods.Items {
+			t.Errorf("run %d: pod sandbox left: %s %s/%s %s", run, p.Id, p.Metadata.GetNamespace(), p.Metadata.GetName(), p.State)
+		}
+	}
+	ctrs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		t.Errorf("run %d: ListContainers: %v", run, err)
+	} else {
+		for _, c := range ctrs.Containers {
+			t.Errorf("run %d: container left: %s %s in pod %s %s", run, c.Id, c.Metadata.GetName(), c.PodSandboxId, c.State)
+		}
+	}
+}
+
+// checkImagesFromMirrors asserts that every image shimd holds is named on a
+// registry the hermetic hosts.toml files send to the local registry, so
+// nothing was fetched from elsewhere.
+func checkImagesFromMirrors(t *testing.T, env *harness.Env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := env.Shimd.Images(t).ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil {
+		t.Errorf("ListImages: %v", err)
+		return
+	}
+	// localhost/shimd/pause is shimd's built-in sandbox image, imported
+	// from the binary, never pulled.
+	mirrored := map[string]bool{"localhost": true}
+	for _, h := range harness.MirroredHosts {
+		mirrored[h] = true
+	}
+	n, bad := 0, 0
+	for _, img := range resp.Images {
+		for _, name := range append(append([]string{}, img.RepoTags...), img.RepoDigests...) {
+			ref, err := reference.ParseNormalizedNamed(name)
+			if err != nil {
+				t.Errorf("image %s: name %q: %v", img.Id, name, err)
+				continue
+			}
+			n++
+			if !mirrored[reference.Domain(ref)] {
+				bad++
+				t.Errorf("image %s is named %q: %s is not served by the local registry", img.Id, name, reference.Domain(ref))
+			}
+		}
+	}
+	t.Logf("%d images (%d names, %d not from a mirrored registry) left in shimd", len(resp.Images), n, bad)
+}
+
+// registryURLRE finds the registry URLs in shimd's debug log: containerd's
+// resolver logs every request it makes ("do request" ... url="http://...").
+var registryURLRE = regexp.MustCompile(`url="(https?://[^/"]+)`)
+
+// checkRequestsLocal asserts that every registry request in shimd's log
+// went to the local registry.
+func checkRequestsLocal(t *testing.T, env *harness.Env, reg *harness.Registry) {
+	t.Helper()
+	b, err := os.ReadFile(env.Shimd.LogPath())
+	if err != nil {
+		t.Errorf("read shimd log: %v", err)
+		return
+	}
+	hosts := map[string]int{}
+	for _, m := range registryURLRE.FindAllSubmatch(b, -1) {
+		hosts[string(m[1])]++
+	}
+	for h, n := range hosts {
+		if h != reg.URL() {
+			t.Errorf("shimd made %d registry requests to %s (local registry: %s)", n, h, reg.URL())
+		}
+	}
+	t.Logf("registry requests in shimd's log: %v (local registry %s)", hosts, reg.URL())
+}
