@@ -144,7 +144,16 @@ func (s *Service) containerSpec(ctx context.Context, c *Container, sb *sandbox.S
 		ResolvConfPath: s.opts.Sandboxes.ResolvConfPath(sb.ID), ShmPath: s.opts.Sandboxes.ShmPath(sb),
 		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj,
 		CgroupsPath:             sandbox.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
-		RecursiveReadOnlyMounts: s.opts.RecursiveReadOnlyMounts,
+		RecursiveReadOnlyMounts: s.opts.Node.Handlers[handlerName(sb.RuntimeHandler, s.opts.DefaultHandler)].RecursiveReadOnlyMounts,
+	}
+	if ns := c.Config.GetLinux().GetSecurityContext().GetNamespaceOptions(); ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
+		target, err := s.containers.get(ns.GetTargetId())
+		if err != nil {
+			return nil, fmt.Errorf("target container of the pid namespace: %w", err)
+		}
+		if in.TargetPID = target.Status().Pid; in.TargetPID == 0 || target.Status().State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return nil, fmt.Errorf("target container %s is not running: %w", target.ID, errdefs.ErrFailedPrecondition)
+		}
 	}
 	if in.SandboxPID == 0 {
 		return nil, fmt.Errorf("sandbox %s has no running pause process: %w", sb.ID, errdefs.ErrFailedPrecondition)
@@ -199,6 +208,13 @@ func imageRef(img *image.Image) string {
 		return img.RepoDigests[0]
 	}
 	return img.ID
+}
+
+func handlerName(h, def string) string {
+	if h == "" {
+		return def
+	}
+	return h
 }
 
 func newContainerID() string { return sandbox.NewID() }

@@ -34,8 +34,6 @@ type Options struct {
 	MinOOMScoreAdj int
 	// Namespace is shimd's containerd namespace.
 	Namespace string
-	// RecursiveReadOnlyMounts tells whether the OCI runtime supports "rro" mounts.
-	RecursiveReadOnlyMounts bool
 	// Node is what shimd learned about the node at start.
 	Node NodeInfo
 	// Version is shimd's version; ConfigJSON the effective config, for verbose Status.
@@ -56,6 +54,14 @@ type NodeInfo struct {
 	UnifiedCgroups bool
 	// HugetlbController: the hugetlb cgroup controller exists.
 	HugetlbController bool
+	// Handlers holds what each runtime handler's OCI runtime supports.
+	Handlers map[string]HandlerFeatures
+}
+
+// HandlerFeatures are the optional features of one runtime handler.
+type HandlerFeatures struct {
+	RecursiveReadOnlyMounts bool
+	UserNamespaces          bool
 }
 
 // Service implements the CRI RuntimeService. Handlers validate, delegate and convert;

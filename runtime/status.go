@@ -34,13 +34,14 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 		},
 	}
 	for _, h := range s.opts.Handlers {
-		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{
-			Name:     h,
-			Features: &runtimeapi.RuntimeHandlerFeatures{},
-		})
+		hf := s.opts.Node.Handlers[h]
+		features := &runtimeapi.RuntimeHandlerFeatures{
+			RecursiveReadOnlyMounts: hf.RecursiveReadOnlyMounts, UserNamespaces: hf.UserNamespaces,
+		}
+		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Name: h, Features: features})
 		if h == s.opts.DefaultHandler {
 			// The empty name is the default handler, as the kubelet expects to find it.
-			resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Features: &runtimeapi.RuntimeHandlerFeatures{}})
+			resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Features: features})
 		}
 	}
 	if req.GetVerbose() {

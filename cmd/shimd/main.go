@@ -174,13 +174,13 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: string(cfgJSON),
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
-		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(),
+		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg),
 	})
 	return wiring{sandboxes: sandboxes, runtime: rs, images: images}
 }
 
 // nodeInfo reads what containers' specs depend on about this node.
-func nodeInfo() runtime.NodeInfo {
+func nodeInfo(cfg Config) runtime.NodeInfo {
 	caps, err := cap.Current()
 	if err != nil {
 		log.L.WithError(err).Warn("read capability bounding set")
@@ -193,7 +193,8 @@ func nodeInfo() runtime.NodeInfo {
 	} else if _, err := os.Stat("/sys/fs/cgroup/hugetlb"); err == nil {
 		hugetlb = true
 	}
-	return runtime.NodeInfo{Capabilities: caps, UnifiedCgroups: unified, HugetlbController: hugetlb}
+	return runtime.NodeInfo{Capabilities: caps, UnifiedCgroups: unified, HugetlbController: hugetlb,
+		Handlers: runtimeFeatures(context.Background(), cfg.Runtimes)}
 }
 
 // recoverUntilDone runs the recovery steps (sandboxes, then containers), retrying until

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+
+	"github.com/shimd/shimd/runtime"
+)
+
+// runtimeFeatures asks each runtime handler's OCI runtime (`<binary> features`) what
+// it supports: recursive read-only mounts ("rro") and id-mapped mounts, which user
+// namespaces need. A runtime that cannot say supports neither.
+func runtimeFeatures(ctx context.Context, runtimes map[string]RuntimeConfig) map[string]runtime.HandlerFeatures {
+	out := map[string]runtime.HandlerFeatures{}
+	for name, rc := range runtimes {
+		bin := rc.BinaryName
+		if bin == "" {
+			bin = "runc"
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		data, err := exec.CommandContext(cctx, bin, "features").Output()
+		cancel()
+		if err != nil {
+			log.G(ctx).WithError(err).WithField("runtime", name).Info("OCI runtime reports no features: no rro mounts, no user namespaces")
+			out[name] = runtime.HandlerFeatures{}
+			continue
+		}
+		var f features.Features
+		if err := json.Unmarshal(data, &f); err != nil {
+			out[name] = runtime.HandlerFeatures{}
+			continue
+		}
+		hf := runtime.HandlerFeatures{RecursiveReadOnlyMounts: slices.Contains(f.MountOptions, "rro")}
+		if l := f.Linux; l != nil && l.MountExtensions != nil && l.MountExtensions.IDMap != nil && l.MountExtensions.IDMap.Enabled != nil {
+			hf.UserNamespaces = *l.MountExtensions.IDMap.Enabled && slices.Contains(l.Namespaces, "user")
+		}
+		out[name] = hf
+	}
+	return out
+}
