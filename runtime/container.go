@@ -38,8 +38,10 @@ type Container struct {
 	mu     sync.Mutex
 	status containerStatus
 	io     *containerIO // nil until started or after exit
-	// exited is closed when the container has exited and its status is final.
-	exited chan struct{}
+	// exited is closed (once, by closeOnce) when the container has exited and its
+	// status is final.
+	exited     chan struct{}
+	exitedOnce sync.Once
 	// oom is set when an OOM event was seen for the container's cgroup.
 	oom bool
 }

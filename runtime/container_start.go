@@ -113,9 +113,5 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 
 // closeOnce closes c.exited unless it is closed.
 func closeOnce(c *Container) {
-	select {
-	case <-c.exited:
-	default:
-		close(c.exited)
-	}
+	c.exitedOnce.Do(func() { close(c.exited) })
 }
