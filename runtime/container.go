@@ -37,6 +37,8 @@ type Container struct {
 
 	mu     sync.Mutex
 	status containerStatus
+	// resources are the current limits: the config's, then UpdateContainerResources'.
+	resources *runtimeapi.LinuxContainerResources
 	io     *containerIO // nil until started or after exit
 	// exited is closed (once, by closeOnce) when the container has exited and its
 	// status is final.
@@ -58,6 +60,16 @@ type containerStatus struct {
 	Message    string                    `json:"message,omitempty"`
 	// Starting is set while StartContainer runs, so Remove waits and Stop is safe.
 	Starting bool `json:"-"`
+}
+
+// Resources returns the container's current resource limits.
+func (c *Container) Resources() *runtimeapi.LinuxContainerResources {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resources != nil {
+		return c.resources
+	}
+	return c.Config.GetLinux().GetResources()
 }
 
 // Status returns a copy of the mutable status.

@@ -7,7 +7,6 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/errdefs"
-	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/runtime/spec"
@@ -51,12 +50,7 @@ func (s *Service) UpdateContainerResources(ctx context.Context, req *runtimeapi.
 		}
 	}
 	c.mu.Lock()
-	cfg := proto.Clone(c.Config).(*runtimeapi.ContainerConfig)
-	if cfg.Linux == nil {
-		cfg.Linux = &runtimeapi.LinuxContainerConfig{}
-	}
-	cfg.Linux.Resources = res
-	c.Config = cfg
+	c.resources = res
 	c.mu.Unlock()
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
