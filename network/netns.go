@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/containerd/containerd/v2/pkg/sys"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -65,7 +66,39 @@ func CreateNetNS(path string) (err error) {
 	return <-errc
 }
 
-// RemoveNetNS unmounts and removes a pinned network namespace. A missing one is fine.
+// CreateNetNSInUserns creates a network namespace owned by a new user namespace with
+// the given mappings ("containerID:hostID:size"), and pins the network namespace at
+// path and the user namespace at usernsPath. Neither path may exist yet.
+func CreateNetNSInUserns(path, usernsPath, uidMap, gidMap string) (err error) {
+	for _, p := range []string{path, usernsPath} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o711); err != nil {
+			return fmt.Errorf("create namespace dir: %w", err)
+		}
+		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+		if err != nil {
+			return fmt.Errorf("create namespace mount point: %w", err)
+		}
+		f.Close()
+	}
+	defer func() {
+		if err != nil {
+			RemoveNetNS(path)
+			RemoveNetNS(usernsPath)
+		}
+	}()
+	return sys.UnshareAfterEnterUserns(uidMap, gidMap, unix.CLONE_NEWNET, func(pid int) error {
+		for _, m := range [][2]string{{"net", path}, {"user", usernsPath}} {
+			src := fmt.Sprintf("/proc/%d/ns/%s", pid, m[0])
+			if err := unix.Mount(src, m[1], "none", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("pin %s at %s: %w", src, m[1], err)
+			}
+		}
+		return nil
+	})
+}
+
+// RemoveNetNS unmounts and removes a pinned namespace (network or user). A missing
+// one is fine.
 func RemoveNetNS(path string) error {
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount netns %s: %w", path, err)

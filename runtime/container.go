@@ -39,7 +39,7 @@ type Container struct {
 	status containerStatus
 	// resources are the current limits: the config's, then UpdateContainerResources'.
 	resources *runtimeapi.LinuxContainerResources
-	io     *containerIO // nil until started or after exit
+	io        *containerIO // nil until started or after exit
 	// exited is closed (once, by closeOnce) when the container has exited and its
 	// status is final.
 	exited     chan struct{}

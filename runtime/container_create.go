@@ -90,7 +90,7 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
 		return err
 	}
-	mounts, err := sn.Prepare(ctx, c.ID, parent)
+	mounts, err := sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
 	if err != nil {
 		return fmt.Errorf("prepare writable layer: %w", err)
 	}

@@ -30,7 +30,8 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeCond, networkCond}},
 		Features: &runtimeapi.RuntimeFeatures{
-			SupplementalGroupsPolicy: false,
+			// ResolveUser implements Merge and Strict (runtime/spec/user.go).
+			SupplementalGroupsPolicy: true,
 		},
 	}
 	for _, h := range s.opts.Handlers {

@@ -53,6 +53,9 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 			return invalid(field+".host_ip", "%q is not an IP address", ip)
 		}
 	}
+	if err := validateUserns(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()); err != nil {
+		return err
+	}
 	for k := range cfg.GetLinux().GetSysctls() {
 		if k == "" || strings.ContainsAny(k, " \x00") || strings.Contains(k, "..") {
 			return invalid("config.linux.sysctls", "%q is not a sysctl name", k)
@@ -101,4 +104,36 @@ func hasDotDot(p string) bool {
 		}
 	}
 	return false
+}
+
+// validateUserns accepts the node's user namespace (no mappings) or a pod user
+// namespace with one uid and one gid mapping starting at container id 0.
+func validateUserns(ns *runtimeapi.NamespaceOption) error {
+	const field = "config.linux.security_context.namespace_options.userns_options"
+	u := ns.GetUsernsOptions()
+	if u == nil {
+		return nil
+	}
+	switch u.GetMode() {
+	case runtimeapi.NamespaceMode_NODE:
+		if len(u.GetUids()) != 0 || len(u.GetGids()) != 0 {
+			return invalid(field, "mappings given for the node's user namespace")
+		}
+		return nil
+	case runtimeapi.NamespaceMode_POD:
+		if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
+			return invalid(field, "a pod user namespace cannot share the node's network")
+		}
+	default:
+		return invalid(field+".mode", "unsupported mode %s", u.GetMode())
+	}
+	for name, m := range map[string][]*runtimeapi.IDMapping{"uids": u.GetUids(), "gids": u.GetGids()} {
+		if len(m) != 1 {
+			return invalid(field+"."+name, "exactly one mapping is supported, got %d", len(m))
+		}
+		if m[0].GetContainerId() != 0 || m[0].GetLength() < 1 {
+			return invalid(field+"."+name, "the mapping must start at container id 0 with a length of at least 1")
+		}
+	}
+	return nil
 }

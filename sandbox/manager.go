@@ -77,6 +77,17 @@ func NewManager(opts Options) *Manager {
 
 func (m *Manager) netnsDir() string { return filepath.Join(m.opts.StateDir, "netns") }
 
+// usernsDir pins the user namespaces of pods that have their own.
+func (m *Manager) usernsDir() string { return filepath.Join(m.opts.StateDir, "userns") }
+
+// usernsPath is where the user namespace of a pod with its own is pinned, else "".
+func (m *Manager) usernsPath(sb *Sandbox) string {
+	if sb.UserNamespace() == nil {
+		return ""
+	}
+	return filepath.Join(m.usernsDir(), sb.ID)
+}
+
 // Runtime resolves a runtime handler name ("" is the default).
 func (m *Manager) Runtime(handler string) (Runtime, error) {
 	if handler == "" {

@@ -64,7 +64,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 
 // removeOrphans deletes per-sandbox resources that belong to no known sandbox.
 func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
-	for _, dir := range []string{m.netnsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")} {
+	for _, dir := range []string{m.netnsDir(), m.usernsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			id := e.Name()
@@ -72,9 +72,13 @@ func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
 				continue
 			}
 			log.G(ctx).WithField("sandbox", id).Info("removing orphaned sandbox files")
-			if dir == m.netnsDir() {
+			switch dir {
+			case m.netnsDir():
 				// The IP lease of an orphaned netns is released by DEL without a netns.
 				_ = m.opts.Network.Teardown(ctx, network.Attachment{ID: id})
+				_ = network.RemoveNetNS(filepath.Join(dir, id))
+				continue
+			case m.usernsDir():
 				_ = network.RemoveNetNS(filepath.Join(dir, id))
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -90,12 +91,10 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	}
 	undo.push(func(context.Context) error { undoFiles(); return nil })
 
-	if sb.NetNSPath != "" {
-		if err := network.CreateNetNS(sb.NetNSPath); err != nil {
-			return nil, err
-		}
-		undo.push(func(context.Context) error { return network.RemoveNetNS(sb.NetNSPath) })
+	if err := m.createNamespaces(sb); err != nil {
+		return nil, err
 	}
+	undo.push(func(context.Context) error { return m.removeNamespaces(sb) })
 
 	// The pause process needs only the namespace to exist, not the network inside it,
 	// so the CNI plugins and the shim start in parallel.
@@ -129,6 +128,45 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	return sb, nil
 }
 
+// createNamespaces pins the pod's network namespace, owned by the pod's own user
+// namespace (pinned too) when it has one.
+func (m *Manager) createNamespaces(sb *Sandbox) error {
+	if sb.NetNSPath == "" {
+		return nil
+	}
+	u := sb.UserNamespace()
+	if u == nil {
+		return network.CreateNetNS(sb.NetNSPath)
+	}
+	um, gm := u.GetUids()[0], u.GetGids()[0]
+	return network.CreateNetNSInUserns(sb.NetNSPath, m.usernsPath(sb),
+		fmt.Sprintf("%d:%d:%d", um.GetContainerId(), um.GetHostId(), um.GetLength()),
+		fmt.Sprintf("%d:%d:%d", gm.GetContainerId(), gm.GetHostId(), gm.GetLength()))
+}
+
+// removeNamespaces unpins what createNamespaces pinned; missing ones are fine.
+func (m *Manager) removeNamespaces(sb *Sandbox) error {
+	var errs []error
+	if sb.NetNSPath != "" {
+		errs = append(errs, network.RemoveNetNS(sb.NetNSPath))
+	}
+	if p := m.usernsPath(sb); p != "" {
+		errs = append(errs, network.RemoveNetNS(p))
+	}
+	return errors.Join(errs...)
+}
+
+// SnapshotOpts are the options of a writable layer in the pod: with the pod's own
+// user namespace its files are remapped to the pod's host ids.
+func SnapshotOpts(sb *Sandbox) []snapshots.Opt {
+	u := sb.UserNamespace()
+	if u == nil {
+		return nil
+	}
+	um, gm := u.GetUids()[0], u.GetGids()[0]
+	return []snapshots.Opt{client.WithRemapperLabels(0, um.GetHostId(), 0, gm.GetHostId(), um.GetLength())}
+}
+
 // createPauseContainer writes the sandbox's containerd container, phase "creating".
 func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runtime) (client.Container, error) {
 	image, err := m.opts.PauseImage.Ensure(ctx, rt.Snapshotter)
@@ -141,14 +179,14 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 	}
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: args, ImageEnv: env,
-		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
+		NetNSPath: sb.NetNSPath, UsernsPath: m.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pause spec: %w", err)
 	}
 	container, err := m.opts.Client.NewContainer(ctx, sb.ID,
 		client.WithSnapshotter(rt.Snapshotter),
-		client.WithNewSnapshot(sb.ID, image),
+		client.WithNewSnapshot(sb.ID, image, SnapshotOpts(sb)...),
 		client.WithImageName(image.Name()),
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(spec),

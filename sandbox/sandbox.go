@@ -72,6 +72,16 @@ func (s *Sandbox) HostNetwork() bool {
 	return s.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
+// UserNamespace returns the pod's own user namespace options, or nil when the pod
+// uses the node's user namespace.
+func (s *Sandbox) UserNamespace() *runtimeapi.UserNamespace {
+	u := s.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
+	if u == nil || u.GetMode() != runtimeapi.NamespaceMode_POD {
+		return nil
+	}
+	return u
+}
+
 // MakeName is the unique name a sandbox is reserved under: the kubelet's identity of a
 // pod attempt.
 func MakeName(md *runtimeapi.PodSandboxMetadata) string {

@@ -33,6 +33,9 @@ type PauseSpecInput struct {
 	ImageEnv  []string
 	// NetNSPath is the pod's network namespace; empty for host network.
 	NetNSPath string
+	// UsernsPath is the pod's own pinned user namespace (which owns NetNSPath); empty
+	// when the pod uses the node's.
+	UsernsPath string
 	// CgroupDriver is "cgroupfs" or "systemd".
 	CgroupDriver string
 	// MinOOMScoreAdj is the lowest oom_score_adj shimd may give (its own value: lowering
@@ -58,6 +61,7 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 		oci.WithoutRunMount,
 		oci.WithCPUShares(DefaultSandboxCPUShares),
 		withOOMScoreAdj(clampOOM(DefaultSandboxOOMScoreAdj, in.MinOOMScoreAdj)),
+		withoutRlimits, // inherit the shim's: raising them needs CAP_SYS_RESOURCE
 		oci.WithAnnotations(map[string]string{
 			"io.kubernetes.cri.container-type":    "sandbox",
 			"io.kubernetes.cri.sandbox-id":        in.ID,
@@ -99,6 +103,12 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 	if sc.GetPrivileged() {
 		opts = append(opts, oci.WithMaskedPaths(nil), oci.WithReadonlyPaths(nil))
 	}
+	if u := nsOpts.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
+		opts = append(opts, oci.WithUserNamespace(idMappings(u.GetUids()), idMappings(u.GetGids())))
+		if in.UsernsPath != "" {
+			opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.UserNamespace, Path: in.UsernsPath}))
+		}
+	}
 	if cg := CgroupPath(cfg.GetLinux().GetCgroupParent(), in.ID, in.CgroupDriver); cg != "" {
 		opts = append(opts, oci.WithCgroup(cg))
 	}
@@ -118,6 +128,19 @@ func CgroupPath(parent, id, driver string) string {
 		return filepath.Base(parent) + ":shimd:" + id
 	}
 	return filepath.Join(parent, id)
+}
+
+func idMappings(m []*runtimeapi.IDMapping) []specs.LinuxIDMapping {
+	out := make([]specs.LinuxIDMapping, 0, len(m))
+	for _, id := range m {
+		out = append(out, specs.LinuxIDMapping{ContainerID: id.GetContainerId(), HostID: id.GetHostId(), Size: id.GetLength()})
+	}
+	return out
+}
+
+func withoutRlimits(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	s.Process.Rlimits = nil
+	return nil
 }
 
 func clampOOM(want, min int) int {

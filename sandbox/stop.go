@@ -8,8 +8,6 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-
-	"github.com/shimd/shimd/network"
 )
 
 // Stop kills the pause process and tears the pod's network down. It is idempotent and
@@ -43,7 +41,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 			netc <- fmt.Errorf("tear down network of sandbox %s: %w", sb.ID, err)
 			return
 		}
-		netc <- network.RemoveNetNS(sb.NetNSPath)
+		netc <- m.removeNamespaces(sb)
 	}()
 	taskErr := m.deleteTask(ctx, sb.ID)
 	if err := errors.Join(taskErr, <-netc); err != nil {
@@ -130,8 +128,9 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
 	var errs []error
 	errs = append(errs, m.deleteTask(ctx, sb.ID))
 	if sb.NetNSPath != "" {
-		errs = append(errs, m.opts.Network.Teardown(ctx, m.attachment(sb)), network.RemoveNetNS(sb.NetNSPath))
+		errs = append(errs, m.opts.Network.Teardown(ctx, m.attachment(sb)))
 	}
+	errs = append(errs, m.removeNamespaces(sb))
 	errs = append(errs, m.removeFiles(sb.ID), m.deleteContainer(ctx, sb.ID))
 	return errors.Join(errs...)
 }

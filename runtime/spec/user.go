@@ -92,6 +92,9 @@ func userArgs(sc *runtimeapi.LinuxContainerSecurityContext, imageUser string) (u
 		userArg = "0"
 	}
 	if g := sc.GetRunAsGroup(); g != nil {
+		if sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
+			return "", "", "", "", invalid(secField+".run_as_group", "is set without run_as_user or run_as_username")
+		}
 		groupArg, groupField = strconv.FormatInt(g.GetValue(), 10), secField+".run_as_group"
 	}
 	return userArg, groupArg, userField, groupField, nil
