@@ -48,6 +48,12 @@ critest: tools
 critest-soak: tools
 	CRITEST_RUNS=3 $(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/
 
+# A real kubelet v1.34.12 (standalone, static pods) on shimd (critest/kubelet). The first
+# run builds the kubelet (about 6 minutes, cached in /var/cache/shimd/tools/bin).
+.PHONY: e2e-kubelet
+e2e-kubelet: tools
+	bash hack/tools.sh kubelet && $(GO) test -tags integration -count=1 -timeout 30m -run TestKubelet -v ./critest/kubelet/
+
 tools:
 	bash hack/tools.sh all
 

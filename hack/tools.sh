@@ -5,7 +5,7 @@
 #   hack/tools.sh runc       runc 1.5.2 from the Go module proxy (seccomp build)
 #   hack/tools.sh critools   crictl and critest v1.36.0, and the ginkgo CLI
 #   hack/tools.sh kubelet    kubelet v1.34.12 (about 6 minutes, 1.5 GB of memory)
-#   hack/tools.sh all        all of the above but the kubelet
+#   hack/tools.sh all        all of the above
 # Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
 set -euo pipefail
 
@@ -108,6 +108,6 @@ containerd) containerd_bins ;;
 runc) runc_bin ;;
 critools) critools ;;
 kubelet) kubelet_bin ;;
-all) debs; containerd_bins; runc_bin; critools ;;
+all) debs; containerd_bins; runc_bin; critools; kubelet_bin ;;
 *) echo "usage: $0 debs|containerd|runc|critools|kubelet|all" >&2; exit 2 ;;
 esac

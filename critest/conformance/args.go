@@ -56,6 +56,7 @@ func Args(endpoint, config string, s Settings, skip string) []string {
 		"-runtime-endpoint", endpoint,
 		"-image-endpoint", endpoint,
 		"-ginkgo.no-color",
+		"-ginkgo.v", // each spec's name and, when skipped while running, why
 	}
 	if s.Parallel > 1 {
 		args = append(args, fmt.Sprintf("-parallel=%d", s.Parallel))

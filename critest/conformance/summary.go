@@ -96,10 +96,9 @@ func failures(out string) []string {
 		case failRE.MatchString(l):
 			flush()
 			cur = append(cur, t)
-		case t == "":
-			if len(cur) > 0 {
-				flush()
-			}
+		case t == "" && (len(cur) > 0 || len(out2) > 0):
+			flush()
+			return out2
 		case len(cur) > 0:
 			cur = append(cur, "  "+t)
 		}
@@ -111,7 +110,8 @@ func failures(out string) []string {
 func runtimeSkips(out string) map[string]int {
 	m := map[string]int{}
 	for _, l := range strings.Split(out, "\n") {
-		if s := skipRE.FindStringSubmatch(l); s != nil {
+		// "[SKIPPED] in [It] - file:line @ time" is where, not why.
+		if s := skipRE.FindStringSubmatch(l); s != nil && !strings.HasPrefix(s[1], "in [") {
 			m[strings.TrimSpace(s[1])]++
 		}
 	}
