@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -36,6 +37,7 @@ type Config struct {
 	Runtimes   map[string]RuntimeConfig `toml:"runtimes"`
 	Streaming  StreamingConfig          `toml:"streaming"`
 	Registry   RegistryConfig           `toml:"registry"`
+	Debug      DebugConfig              `toml:"debug"`
 }
 
 // ContainerdConfig says where containerd is and which namespace is ours.
@@ -43,6 +45,9 @@ type ContainerdConfig struct {
 	Address     string `toml:"address"`
 	Namespace   string `toml:"namespace"`
 	Snapshotter string `toml:"snapshotter"`
+	// ShimSocketDir is where containerd puts shim sockets (its shim manager's
+	// socket_dir). With it, containers start in their pod's running shim directly.
+	ShimSocketDir string `toml:"shim_socket_dir"`
 }
 
 // CNIConfig locates CNI network configs and plugins.
@@ -76,6 +81,15 @@ type RuntimeConfig struct {
 type StreamingConfig struct {
 	Address string `toml:"address"`
 	Port    int    `toml:"port"`
+	// TLSCertFile and TLSKeyFile, both set, make the server HTTPS.
+	TLSCertFile string `toml:"tls_cert_file"`
+	TLSKeyFile  string `toml:"tls_key_file"`
+}
+
+// DebugConfig configures the debug endpoint (/debug/pprof/, /debug/stats).
+type DebugConfig struct {
+	// Address is an absolute unix socket path or IP:port; empty (the default) is off.
+	Address string `toml:"address"`
 }
 
 // RegistryConfig configures image pulls.
@@ -112,9 +126,10 @@ func DefaultConfig() Config {
 		CgroupDriver:   "cgroupfs",
 		DefaultRuntime: "runc",
 		Containerd: ContainerdConfig{
-			Address:     "/run/containerd/containerd.sock",
-			Namespace:   "shimd",
-			Snapshotter: "overlayfs",
+			Address:       "/run/containerd/containerd.sock",
+			Namespace:     "shimd",
+			Snapshotter:   "overlayfs",
+			ShimSocketDir: "/run/containerd/s",
 		},
 		CNI: CNIConfig{
 			ConfDir:  "/etc/cni/net.d",
@@ -208,6 +223,27 @@ func (c *Config) Validate() error {
 	}
 	if c.Streaming.Port < 0 || c.Streaming.Port > 65535 {
 		return fmt.Errorf("config key streaming.port: %d is out of range 0-65535", c.Streaming.Port)
+	}
+	return c.validateStreamingAndDebug()
+}
+
+func (c *Config) validateStreamingAndDebug() error {
+	if a := c.Streaming.Address; a != "" && net.ParseIP(a) == nil {
+		return fmt.Errorf("config key streaming.address: %q is not an IP address", a)
+	}
+	tls := map[string]string{"streaming.tls_cert_file": c.Streaming.TLSCertFile, "streaming.tls_key_file": c.Streaming.TLSKeyFile}
+	for _, k := range sortedKeys(tls) {
+		if v := tls[k]; v != "" && !filepath.IsAbs(v) {
+			return fmt.Errorf("config key %s: must be an absolute path, got %q", k, v)
+		}
+	}
+	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
+		return errors.New("config keys streaming.tls_cert_file and streaming.tls_key_file: set both or neither")
+	}
+	if a := c.Debug.Address; a != "" && !filepath.IsAbs(a) {
+		if host, _, err := net.SplitHostPort(a); err != nil || net.ParseIP(host) == nil {
+			return fmt.Errorf("config key debug.address: %q is neither an absolute unix socket path nor IP:port", a)
+		}
 	}
 	return nil
 }

@@ -116,6 +116,16 @@ func run(cfg Config) error {
 		return err
 	}
 	w := wire(cfg, cl, cni)
+	stopStreaming, err := startStreaming(ctx, cfg.Streaming, w.runtime)
+	if err != nil {
+		return err
+	}
+	defer stopStreaming()
+	stopDebug, err := startDebug(ctx, cfg.Debug.Address)
+	if err != nil {
+		return err
+	}
+	defer stopDebug()
 
 	l, err := listenCRI(cfg.Socket)
 	if err != nil {
@@ -175,6 +185,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
 		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg),
+		ContainerdAddress: cfg.Containerd.Address, ShimSocketDir: cfg.Containerd.ShimSocketDir,
 	})
 	return wiring{sandboxes: sandboxes, runtime: rs, images: images}
 }
