@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"time"
+
+	"github.com/containerd/log"
+)
+
+// debugStats is what /debug/stats answers; leak tests compare it before and after.
+type debugStats struct {
+	Goroutines int `json:"goroutines"`
+	OpenFDs    int `json:"open_fds"`
+}
+
+// startDebug serves /debug/pprof/ and /debug/stats on addr (an absolute unix socket
+// path, mode 0600, or IP:port) until stop is called. An empty addr serves nothing.
+func startDebug(ctx context.Context, addr string) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	network := "tcp"
+	if filepath.IsAbs(addr) {
+		network = "unix"
+		if err := os.MkdirAll(filepath.Dir(addr), 0o711); err != nil {
+			return nil, err
+		}
+		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	l, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("debug endpoint: %w", err)
+	}
+	if network == "unix" {
+		if err := os.Chmod(addr, 0o600); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/stats", serveDebugStats)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.G(ctx).WithError(err).Warn("debug endpoint stopped")
+		}
+	}()
+	log.G(ctx).WithField("address", l.Addr().String()).Info("debug endpoint serving")
+	return func() {
+		_ = srv.Close()
+		<-done
+		if network == "unix" {
+			_ = os.Remove(addr)
+		}
+	}, nil
+}
+
+func serveDebugStats(w http.ResponseWriter, _ *http.Request) {
+	// The directory read holds one descriptor of its own: not counted.
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(debugStats{Goroutines: goruntime.NumGoroutine(), OpenFDs: len(fds) - 1})
+}
