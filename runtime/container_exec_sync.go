@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"syscall"
 	"time"
 
@@ -84,7 +85,13 @@ func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	pspec.Args = r.cmd
 	pspec.Terminal = r.tty
 	pspec.ConsoleSize = nil
-	opts := []cio.Opt{cio.WithStreams(r.stdin, r.stdout, r.stderr), cio.WithFIFODir(s.fifoDir(c.ID))}
+	// The shim holds the process's stdin open until CloseIO: the end of the caller's
+	// stdin is passed on once the process has started (below).
+	stdin, stdinEOF := r.stdin, make(chan struct{})
+	if stdin != nil {
+		stdin = &eofReader{r: r.stdin, eof: stdinEOF}
+	}
+	opts := []cio.Opt{cio.WithStreams(stdin, r.stdout, r.stderr), cio.WithFIFODir(s.fifoDir(c.ID))}
 	if r.tty {
 		opts = append(opts, cio.WithTerminal)
 	}
@@ -113,6 +120,19 @@ func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	if err := proc.Start(dctx); err != nil {
 		return 0, fmt.Errorf("start exec in container %s: %w", c.ID, err)
 	}
+	execDone := make(chan struct{})
+	defer close(execDone)
+	if r.stdin != nil {
+		go func() {
+			select {
+			case <-stdinEOF:
+				if err := proc.CloseIO(dctx, client.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
+					log.G(ctx).WithError(err).WithField("exec", execID).Debug("close exec stdin")
+				}
+			case <-execDone:
+			}
+		}()
+	}
 	if r.resize != nil {
 		go func() {
 			for size := range r.resize {
@@ -132,6 +152,21 @@ func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32
 		drainIO(proc.IO())
 		return 0, fmt.Errorf("exec %v in container %s: %w", r.cmd, c.ID, ctx.Err())
 	}
+}
+
+// eofReader closes eof when its reader ends (EOF or error).
+type eofReader struct {
+	r    interface{ Read([]byte) (int, error) }
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(func() { close(e.eof) })
+	}
+	return n, err
 }
 
 // drainIO waits briefly for an exited process's output, then closes it: a background

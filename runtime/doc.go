@@ -24,6 +24,14 @@
 // sandbox/recover.go for its assumptions) and sandbox.Manager.Monitor follows task
 // exits, re-reading every sandbox's state whenever it reconnects to containerd.
 //
-// Containers and streaming (CreateContainer/StartContainer, Exec/Attach/PortForward)
-// are not implemented yet; their RPCs answer Unimplemented.
+// CreateContainer / StartContainer: the sandbox must be READY -> reserve the name ->
+// resolve the image locally -> prepare the writable layer under a lease and resolve the
+// user in it -> build the OCI spec (runtime/spec, a pure function) -> containerd
+// container -> status CREATED. Start: a task with its stdio FIFOs copied to the CRI log
+// (started in the pod's running shim) -> RUNNING; the event monitor sees the exit.
+//
+// Exec / Attach / PortForward: the RPC validates and returns a URL of the streaming
+// server (package streaming) and starts nothing; the kubelet connects to that URL; the
+// backend (streaming.go) then runs a containerd exec, attaches to the container's IO
+// broadcasters, or dials the port inside the pod's network namespace.
 package runtime

@@ -98,13 +98,14 @@ func (l *logFile) Close() error {
 // copyLogStream reads one output stream of a container until EOF, writing CRI log
 // lines to log (if not nil) and the raw bytes to raw (attached clients; may be nil).
 func copyLogStream(r io.Reader, stream string, log *logFile, raw io.Writer) error {
+	if raw != nil {
+		// Attached clients get bytes as they come (a prompt, "echo -n"), not lines.
+		r = io.TeeReader(r, raw)
+	}
 	br := bufio.NewReaderSize(r, maxLogLine)
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			if raw != nil {
-				raw.Write(line)
-			}
 			if log != nil {
 				full := line[len(line)-1] == '\n'
 				msg := bytes.TrimSuffix(line, []byte{'\n'})

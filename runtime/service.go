@@ -75,6 +75,7 @@ type Service struct {
 	opts       Options
 	containers *containerStore
 	rates      cpuRates
+	streaming  StreamingServer // set once by SetStreaming before serving
 }
 
 // New makes the RuntimeService; call Recover before serving.

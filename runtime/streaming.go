@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -33,19 +32,15 @@ type StreamingServer interface {
 	GetPortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error)
 }
 
-// streamingServers holds each Service's streaming server until Service has a field
-// for it (see SetStreaming).
-var streamingServers sync.Map // *Service -> StreamingServer
-
 // SetStreaming sets the server whose URLs Exec, Attach and PortForward return. Call it
 // once, before serving; the server's backend is StreamingBackend.
-func (s *Service) SetStreaming(srv StreamingServer) { streamingServers.Store(s, srv) }
+func (s *Service) SetStreaming(srv StreamingServer) { s.streaming = srv }
 
 func (s *Service) streamingServer() (StreamingServer, error) {
-	if srv, ok := streamingServers.Load(s); ok {
-		return srv.(StreamingServer), nil
+	if s.streaming == nil {
+		return nil, fmt.Errorf("streaming server: %w", errdefs.ErrNotImplemented)
 	}
-	return nil, fmt.Errorf("streaming server: %w", errdefs.ErrNotImplemented)
+	return s.streaming, nil
 }
 
 // Exec returns the URL of an exec session in a running container.

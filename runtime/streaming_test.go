@@ -77,7 +77,6 @@ func TestStreamingRPCValidation(t *testing.T) {
 
 	srv := &fakeStreamingServer{}
 	s.SetStreaming(srv)
-	t.Cleanup(func() { streamingServers.Delete(s) })
 	resp, err := s.Exec(context.Background(), &runtimeapi.ExecRequest{ContainerId: "runn", Cmd: []string{"true"}, Stdout: true})
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.Url)

@@ -41,6 +41,13 @@ func TestLoadConfig(t *testing.T) {
 			require.Equal(t, Duration(30*time.Second), c.Registry.PullProgressTimeout)
 		}},
 		{name: "bad duration", file: "[registry]\npull_progress_timeout = \"soon\"\n", wantErr: "pull_progress_timeout"},
+		{name: "tls cert without key", file: "[streaming]\ntls_cert_file = \"/etc/shimd/cert.pem\"\n", wantErr: "streaming.tls"},
+		{name: "relative tls cert", file: "[streaming]\ntls_cert_file = \"cert.pem\"\ntls_key_file = \"/k.pem\"\n", wantErr: "streaming.tls_cert_file"},
+		{name: "streaming address must be an IP", file: "[streaming]\naddress = \"localhost\"\n", wantErr: "streaming.address"},
+		{name: "debug address must be an IP:port or a path", file: "[debug]\naddress = \"localhost:6060\"\n", wantErr: "debug.address"},
+		{name: "debug on a unix socket", file: "[debug]\naddress = \"/run/shimd/debug.sock\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, "/run/shimd/debug.sock", c.Debug.Address)
+		}},
 		{name: "type mismatch", file: "[streaming]\nport = \"x\"\n", wantErr: "port"},
 	}
 	for _, tt := range tests {
