@@ -235,7 +235,7 @@ func checkImagesFromMirrors(t *testing.T, env *harness.Env) {
 
 // registryURLRE finds the registry URLs in shimd's debug log: containerd's
 // resolver logs every request it makes ("do request" ... url="http://...").
-var registryURLRE = regexp.MustCompile(`url="(https?://[^/"]+)`)
+var registryURLRE = regexp.MustCompile(`msg="do request".*url="(https?://[^/"]+)`)
 
 // checkRequestsLocal asserts that every registry request in shimd's log
 // went to the local registry.
