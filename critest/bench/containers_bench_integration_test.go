@@ -5,11 +5,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -62,7 +65,7 @@ func BenchmarkContainerLifecycle(b *testing.B) {
 		require.NoError(b, err, tg.name)
 		pods[tg], ids[tg] = cfg, resp.PodSandboxId
 	}
-	cops := []string{"CreateContainer", "StartContainer", "ExecSync", "StopContainer", "RemoveContainer"}
+	cops := []string{"CreateContainer", "StartContainer", "ExecSync", "Exec", "StopContainer", "RemoveContainer"}
 	for round := -warmup; round < rounds; round++ {
 		for _, tg := range []*target{p.shimd, p.cd} {
 			tg.containerRound(b, round, ids[tg], pods[tg])
@@ -104,6 +107,23 @@ func (tg *target) containerRound(b *testing.B, round int, podID string, pod *run
 		}
 		return err
 	})
+	// Exec round trip of `true` as the kubelet does it: the Exec RPC for a URL, then
+	// the SPDY stream to the streaming server until the exit status.
+	tg.timed(b, round, "Exec", func(ctx context.Context) error {
+		resp, err := tg.rt.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id, Cmd: []string{"true"}, Stdout: true})
+		if err != nil {
+			return err
+		}
+		u, err := url.Parse(resp.Url)
+		if err != nil {
+			return err
+		}
+		exec, err := remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", u)
+		if err != nil {
+			return err
+		}
+		return exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: io.Discard})
+	})
 	tg.timed(b, round, "StopContainer", func(ctx context.Context) error {
 		_, err := tg.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 0})
 		return err
@@ -112,5 +132,4 @@ func (tg *target) containerRound(b *testing.B, round int, podID string, pod *run
 		_, err := tg.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
 		return err
 	})
-	_ = time.Now
 }
