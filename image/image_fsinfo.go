@@ -20,7 +20,7 @@ func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequ
 			continue
 		}
 		seen[sn] = true
-		root, err := s.snapshotterRoot(ctx, sn)
+		root, err := s.SnapshotterRoot(ctx, sn)
 		if err != nil {
 			return nil, err
 		}
@@ -66,6 +66,19 @@ func (s *Service) usage(ctx context.Context, snapshotter string) (committed, act
 		}
 	}
 	return committed, active, nil
+}
+
+// SnapshotterRoot is the directory where a snapshotter keeps its data (asked of
+// containerd once, then remembered).
+func (s *Service) SnapshotterRoot(ctx context.Context, snapshotter string) (string, error) {
+	if v, ok := s.roots.Load(snapshotter); ok {
+		return v.(string), nil
+	}
+	root, err := s.snapshotterRoot(ctx, snapshotter)
+	if err == nil {
+		s.roots.Store(snapshotter, root)
+	}
+	return root, err
 }
 
 // snapshotterRoot asks containerd where the snapshotter keeps its data.

@@ -41,6 +41,8 @@ type Service struct {
 	// never changes for a digest.
 	mu   sync.Mutex
 	meta map[string]*imageMeta
+
+	roots sync.Map // snapshotter name -> root directory
 }
 
 // New makes the image service.

@@ -82,40 +82,65 @@ func (c *containerIO) close() {
 	c.dio.Close()
 }
 
-// broadcaster hands output to every attached client. A client whose write fails is
-// dropped; the container never waits for it beyond that write.
+// broadcaster hands output to every attached client. Each client has a queue and a
+// goroutine of its own that writes it out; a client whose queue is full (it does not
+// read) or whose write fails is dropped. So the container's output, and its log, never
+// wait for a client.
 type broadcaster struct {
 	mu      sync.Mutex
 	writers map[*attachedWriter]struct{}
 	closed  bool
 }
 
+// attachQueue is how many chunks of output an attached client may fall behind.
+const attachQueue = 256
+
 type attachedWriter struct {
-	w    io.WriteCloser
-	done chan struct{}
+	w     io.WriteCloser
+	queue chan []byte   // closed by detach; the writer goroutine then ends
+	done  chan struct{} // closed when the writer goroutine has ended
 }
 
-// Write copies p to every attached writer.
+// run writes the queue out until it is closed; after a failed write it drains it.
+func (aw *attachedWriter) run() {
+	defer close(aw.done)
+	failed := false
+	for p := range aw.queue {
+		if !failed {
+			if _, err := aw.w.Write(p); err != nil {
+				failed = true
+			}
+		}
+	}
+}
+
+// Write queues a copy of p for every attached writer.
 func (b *broadcaster) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if len(b.writers) == 0 {
+		return len(p), nil
+	}
+	chunk := append([]byte(nil), p...)
 	for aw := range b.writers {
-		if _, err := aw.w.Write(p); err != nil {
-			delete(b.writers, aw)
-			close(aw.done)
+		select {
+		case aw.queue <- chunk:
+		default: // the client is too slow: drop it rather than hold the container
+			b.detachLocked(aw)
 		}
 	}
 	return len(p), nil
 }
 
 // add attaches w; the returned channel is closed when w is detached (stream ended,
-// write failed or remove called).
+// client too slow or remove called) and everything queued for it was written.
 func (b *broadcaster) add(w io.WriteCloser) (remove func(), done <-chan struct{}) {
-	aw := &attachedWriter{w: w, done: make(chan struct{})}
+	aw := &attachedWriter{w: w, queue: make(chan []byte, attachQueue), done: make(chan struct{})}
+	go aw.run() // ends when the queue is closed by detachLocked
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		close(aw.done)
+		close(aw.queue)
 		return func() {}, aw.done
 	}
 	if b.writers == nil {
@@ -125,11 +150,15 @@ func (b *broadcaster) add(w io.WriteCloser) (remove func(), done <-chan struct{}
 	return func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if _, ok := b.writers[aw]; ok {
-			delete(b.writers, aw)
-			close(aw.done)
-		}
+		b.detachLocked(aw)
 	}, aw.done
+}
+
+func (b *broadcaster) detachLocked(aw *attachedWriter) {
+	if _, ok := b.writers[aw]; ok {
+		delete(b.writers, aw)
+		close(aw.queue)
+	}
 }
 
 func (b *broadcaster) closeAll() {
@@ -137,7 +166,6 @@ func (b *broadcaster) closeAll() {
 	defer b.mu.Unlock()
 	b.closed = true
 	for aw := range b.writers {
-		delete(b.writers, aw)
-		close(aw.done)
+		b.detachLocked(aw)
 	}
 }

@@ -19,6 +19,8 @@ type Network interface {
 // Images is what containers need from the image service.
 type Images interface {
 	Find(ctx context.Context, ref string) (*image.Image, error)
+	// SnapshotterRoot is where a snapshotter keeps its data (the writable layers' fs).
+	SnapshotterRoot(ctx context.Context, snapshotter string) (string, error)
 }
 
 // Options configures the RuntimeService.

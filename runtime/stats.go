@@ -123,10 +123,12 @@ func (s *Service) containerStats(ctx context.Context, c *Container) *runtimeapi.
 		out.Cpu = &runtimeapi.CpuUsage{Timestamp: now}
 		out.Memory = &runtimeapi.MemoryUsage{Timestamp: now}
 	}
-	if u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID); err == nil {
+	root, rootErr := s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter)
+	if u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID); err == nil && rootErr == nil {
 		out.WritableLayer = &runtimeapi.FilesystemUsage{
-			Timestamp:  now,
-			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: c.Snapshotter},
+			Timestamp: now,
+			// The kubelet stats this path to find the filesystem.
+			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: root},
 			UsedBytes:  &runtimeapi.UInt64Value{Value: uint64(u.Size)},
 			InodesUsed: &runtimeapi.UInt64Value{Value: uint64(u.Inodes)},
 		}

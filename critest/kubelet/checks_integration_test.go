@@ -1,0 +1,322 @@
+//go:build integration
+
+package kubelet
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// criID strips the runtime prefix from a kubelet container id ("shimd://ID").
+func criID(kubeletID string) string {
+	if i := strings.Index(kubeletID, "://"); i >= 0 {
+		return kubeletID[i+3:]
+	}
+	return kubeletID
+}
+
+// sandbox returns the one ready CRI sandbox of a static pod.
+func (s *e2e) sandbox(t testing.TB, pod string) *runtimeapi.PodSandbox {
+	t.Helper()
+	resp, err := s.rt.ListPodSandbox(ctxT(t, 30*time.Second), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": s.k.MirrorName(pod), "io.kubernetes.pod.namespace": Namespace},
+	}})
+	if err != nil {
+		t.Fatalf("ListPodSandbox: %v", err)
+	}
+	if len(resp.Items) != 1 {
+		t.Fatalf("pod %s: %d ready sandboxes in shimd, want 1: %v", pod, len(resp.Items), resp.Items)
+	}
+	return resp.Items[0]
+}
+
+// containers lists the CRI containers of a sandbox.
+func (s *e2e) containers(t testing.TB, sandboxID string) []*runtimeapi.Container {
+	t.Helper()
+	resp, err := s.rt.ListContainers(ctxT(t, 30*time.Second), &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID},
+	})
+	if err != nil {
+		t.Fatalf("ListContainers: %v", err)
+	}
+	return resp.Containers
+}
+
+// snapshot records each test pod's sandbox, running containers and restart
+// counts, from the kubelet, checked against CRI.
+func (s *e2e) snapshot(t testing.TB) map[string]podSnapshot {
+	t.Helper()
+	out := map[string]podSnapshot{}
+	for _, name := range testPods {
+		p, err := s.k.Pod(name)
+		if err != nil {
+			t.Fatalf("before the restart: %v", err)
+		}
+		snap := podSnapshot{sandbox: s.sandbox(t, name).Id, containers: map[string]string{}, restarts: map[string]int32{}}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil {
+				t.Fatalf("before the restart: pod %s container %s is not running: %s", name, cs.Name, stateString(cs.State))
+			}
+			snap.containers[cs.Name] = criID(cs.ContainerID)
+			snap.restarts[cs.Name] = cs.RestartCount
+		}
+		out[name] = snap
+	}
+	return out
+}
+
+// compareCRI checks that shimd has exactly the snapshot's sandboxes (ready)
+// and running containers.
+func (s *e2e) compareCRI(t testing.TB, before map[string]podSnapshot) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	sbs, err := s.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatalf("ListPodSandbox: %v", err)
+	}
+	wantSB := map[string]string{}
+	wantCtr := map[string]string{}
+	for name, b := range before {
+		wantSB[b.sandbox] = name
+		for cname, id := range b.containers {
+			wantCtr[id] = name + "/" + cname
+		}
+	}
+	for _, sb := range sbs.Items {
+		if _, ok := wantSB[sb.Id]; !ok {
+			t.Errorf("CRI: new sandbox %s %s (%s)", sb.Id, sb.GetMetadata().GetName(), sb.State)
+		} else if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			t.Errorf("CRI: sandbox of %s is %s", wantSB[sb.Id], sb.State)
+		}
+		delete(wantSB, sb.Id)
+	}
+	for id, name := range wantSB {
+		t.Errorf("CRI: sandbox %s of %s is gone", id, name)
+	}
+	ctrs, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+	}})
+	if err != nil {
+		t.Fatalf("ListContainers: %v", err)
+	}
+	for _, c := range ctrs.Containers {
+		if _, ok := wantCtr[c.Id]; !ok {
+			t.Errorf("CRI: new running container %s %s", c.Id, c.GetMetadata().GetName())
+		}
+		delete(wantCtr, c.Id)
+	}
+	for id, name := range wantCtr {
+		t.Errorf("CRI: container %s (%s) no longer runs", id, name)
+	}
+}
+
+// forceRemovePods stops and removes through CRI every sandbox and container
+// shimd still has (after a failure, with the kubelet stopped). Each call has
+// its own timeout; after one times out, shimd is taken for hung and the
+// rest is left to the harness (containerd purge) and the cgroup cleanup.
+func (s *e2e) forceRemovePods(t testing.TB) {
+	hung := false
+	call := func(what string, f func(ctx context.Context) error) {
+		if hung {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := f(ctx); err != nil {
+			t.Logf("cleanup: %s: %v", what, err)
+			hung = ctx.Err() != nil
+		}
+	}
+	var ctrs []*runtimeapi.Container
+	call("ListContainers", func(ctx context.Context) error {
+		resp, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		ctrs = resp.GetContainers()
+		return err
+	})
+	for _, c := range ctrs {
+		call("StopContainer "+c.Id, func(ctx context.Context) error {
+			_, err := s.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c.Id, Timeout: 1})
+			return err
+		})
+		call("RemoveContainer "+c.Id, func(ctx context.Context) error {
+			_, err := s.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.Id})
+			return err
+		})
+	}
+	var sbs []*runtimeapi.PodSandbox
+	call("ListPodSandbox", func(ctx context.Context) error {
+		resp, err := s.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		sbs = resp.GetItems()
+		return err
+	})
+	for _, sb := range sbs {
+		t.Logf("cleanup: removing sandbox %s (%s) through CRI", sb.Id, sb.GetMetadata().GetName())
+		call("StopPodSandbox "+sb.Id, func(ctx context.Context) error {
+			_, err := s.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
+			return err
+		})
+		call("RemovePodSandbox "+sb.Id, func(ctx context.Context) error {
+			_, err := s.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+			return err
+		})
+	}
+}
+
+// Consistently calls f every half second for d and fails the test at the
+// first error: an observation window for "nothing changes", not a wait.
+func Consistently(t testing.TB, d time.Duration, what string, f func() error) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+var tickRE = regexp.MustCompile(`(?m)^tick (\d+)$`)
+
+// lastTick is the number of the logger's newest "tick N" in /containerLogs.
+func lastTick(k *Kubelet, pod string) (int, error) {
+	out, err := k.ContainerLogs(pod, "logger", LogOptions{TailLines: 3})
+	if err != nil {
+		return 0, err
+	}
+	m := tickRE.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		return 0, fmt.Errorf("no tick in the last lines %q", trim(out, 300))
+	}
+	return strconv.Atoi(m[len(m)-1][1])
+}
+
+// checkLogContinuity reads the logger's log files (rotated ones, possibly
+// gzipped, oldest first, then the current one) in CRI format and checks that
+// the numbered lines and ticks follow each other with no gap or repeat.
+func checkLogContinuity(files []string) error {
+	sort.Slice(files, func(i, j int) bool { return logOrder(files[i]) < logOrder(files[j]) })
+	var lastLine, lastTick, lines int
+	done := false
+	for _, f := range files {
+		err := readCRILog(f, func(msg string) error {
+			lines++
+			switch {
+			case strings.HasPrefix(msg, "line "):
+				n, _ := strconv.Atoi(strings.Fields(msg)[1])
+				if lastLine != 0 && n != lastLine+1 {
+					return fmt.Errorf("%s: line %d follows line %d", filepath.Base(f), n, lastLine)
+				}
+				lastLine = n
+			case msg == "logger-done":
+				if lastLine != loggerLines && lastLine != 0 {
+					return fmt.Errorf("%s: logger-done after line %d", filepath.Base(f), lastLine)
+				}
+				done = true
+			case strings.HasPrefix(msg, "tick "):
+				n, _ := strconv.Atoi(strings.TrimPrefix(msg, "tick "))
+				if lastTick != 0 && n != lastTick+1 {
+					return fmt.Errorf("%s: tick %d follows tick %d", filepath.Base(f), n, lastTick)
+				}
+				lastTick = n
+			default:
+				return fmt.Errorf("%s: unexpected line %q", filepath.Base(f), trim(msg, 100))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if lines == 0 || (!done && lastLine == 0) {
+		return fmt.Errorf("no logger output in %v", files)
+	}
+	return nil
+}
+
+// logOrder sorts "0.log.20250101-000000.gz" < "0.log.20250101-000001" < "0.log".
+func logOrder(path string) string {
+	b := strings.TrimSuffix(filepath.Base(path), ".gz")
+	if i := strings.Index(b, ".log."); i >= 0 {
+		return "0" + b[i+5:]
+	}
+	return "1" // the current file is the newest
+}
+
+// readCRILog calls f with the message of each full line of a CRI log file
+// ("<time> <stream> <P|F> <msg>"), joining partial lines.
+func readCRILog(path string, f func(msg string) error) error {
+	fh, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	var r io.Reader = fh
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(fh)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	var partial strings.Builder
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), " ", 4)
+		if len(parts) < 3 {
+			return fmt.Errorf("%s: malformed CRI log line %q", filepath.Base(path), trim(sc.Text(), 100))
+		}
+		msg := ""
+		if len(parts) == 4 {
+			msg = parts[3]
+		}
+		partial.WriteString(msg)
+		if parts[2] == "P" {
+			continue
+		}
+		if err := f(partial.String()); err != nil {
+			return err
+		}
+		partial.Reset()
+	}
+	return sc.Err()
+}
+
+func trim(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+func baseNames(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Base(p)
+	}
+	return out
+}
+
+func dirEntries(dir string) []string {
+	var out []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}

@@ -1,0 +1,365 @@
+//go:build integration
+
+package kubelet
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// Version is the kubelet release hack/tools.sh builds.
+const Version = "v1.34.12"
+
+// Binary is the kubelet hack/tools.sh builds: $SHIMD_TOOLS/bin/kubelet
+// (default /var/cache/shimd/tools/bin/kubelet).
+func Binary() string {
+	dir := os.Getenv("SHIMD_TOOLS")
+	if dir == "" {
+		dir = harness.DefaultToolsDir
+	}
+	return filepath.Join(dir, "bin", "kubelet")
+}
+
+// Options configures Start.
+type Options struct {
+	// Dir holds the kubelet's root dir, config, certs, static pod dir, pod
+	// logs and log file. Required; keep it short.
+	Dir string
+	// RuntimeEndpoint is shimd's CRI endpoint (unix://...). Required.
+	RuntimeEndpoint string
+	// NodeName for --hostname-override.
+	NodeName string
+}
+
+// Kubelet is a standalone kubelet started by Start.
+type Kubelet struct {
+	opts Options
+
+	RootDir     string // --root-dir (bind-mounted onto itself by the kubelet)
+	ManifestDir string // staticPodPath
+	PodLogsDir  string // podLogsDir (instead of /var/log/pods)
+	ConfigPath  string
+	LogPath     string
+	Port        int // authenticated API (https; anonymous allowed)
+	ReadOnly    int // read-only API (http)
+	Healthz     int
+
+	client *http.Client
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start takes the host-wide kubelet lock, saves what the kubelet changes on
+// the host, writes the config and starts the kubelet, and waits until its
+// API answers. Cleanup stops it by PID, unmounts its root dir, removes the
+// cgroups, log symlinks and device-plugin files it created, restores the
+// sysctls and releases the lock.
+func Start(t testing.TB, opts Options) *Kubelet {
+	t.Helper()
+	harness.Tools().Require(t, Binary())
+	if opts.Dir == "" || opts.RuntimeEndpoint == "" {
+		t.Fatal("kubelet: Options.Dir and RuntimeEndpoint are required")
+	}
+	if opts.NodeName == "" {
+		opts.NodeName = "shimd-e2e-node"
+	}
+	lockHost(t)
+	restore := saveHost(t)
+	t.Cleanup(restore)
+
+	k := &Kubelet{
+		opts:        opts,
+		RootDir:     filepath.Join(opts.Dir, "root"),
+		ManifestDir: filepath.Join(opts.Dir, "manifests"),
+		PodLogsDir:  filepath.Join(opts.Dir, "pods-logs"),
+		ConfigPath:  filepath.Join(opts.Dir, "kubelet.json"),
+		LogPath:     filepath.Join(opts.Dir, "kubelet.log"),
+		client: &http.Client{
+			Timeout:   30 * time.Second,
+			Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // the kubelet's self-signed serving cert
+		},
+	}
+	for _, d := range []string{k.RootDir, k.ManifestDir, k.PodLogsDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("kubelet: %v", err)
+		}
+	}
+	for _, p := range []*int{&k.Port, &k.ReadOnly, &k.Healthz} {
+		*p = FreePort(t)
+	}
+	if err := k.writeConfig(); err != nil {
+		t.Fatalf("kubelet: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kubelet: last lines of %s:\n%s", k.LogPath, k.LogTail(80, ""))
+			t.Logf("kubelet: last error lines of %s:\n%s", k.LogPath, k.LogTail(40, "E"))
+		}
+		if k.Stop() {
+			t.Logf("kubelet: needed SIGKILL to stop")
+		}
+		k.unmountRoot(t)
+	})
+	k.Start(t)
+	return k
+}
+
+// config is the KubeletConfiguration (JSON is YAML).
+func (k *Kubelet) config() map[string]any {
+	return map[string]any{
+		"apiVersion":         "kubelet.config.k8s.io/v1beta1",
+		"kind":               "KubeletConfiguration",
+		"failCgroupV1":       false, // this host is cgroup v1
+		"cgroupDriver":       "cgroupfs",
+		"staticPodPath":      k.ManifestDir,
+		"podLogsDir":         k.PodLogsDir,
+		"address":            "127.0.0.1",
+		"port":               k.Port,
+		"readOnlyPort":       k.ReadOnly,
+		"healthzBindAddress": "127.0.0.1",
+		"healthzPort":        k.Healthz,
+		"authentication": map[string]any{
+			"anonymous": map[string]any{"enabled": true},
+			"webhook":   map[string]any{"enabled": false},
+		},
+		"authorization":          map[string]any{"mode": "AlwaysAllow"},
+		"makeIPTablesUtilChains": false,
+		"resolvConf":             "", // pods get an empty resolv.conf: nothing resolves
+		"failSwapOn":             false,
+		// Rotation: small files, checked every 3s (the minimum).
+		"containerLogMaxSize":         "1Mi",
+		"containerLogMaxFiles":        3,
+		"containerLogMonitorInterval": "3s",
+		// Quick pick-up of manifests and status.
+		"fileCheckFrequency": "2s",
+		"syncFrequency":      "10s",
+		// Never evict or garbage-collect images on a busy shared disk.
+		"imageGCHighThresholdPercent": 100,
+		"imageGCLowThresholdPercent":  99,
+		"evictionHard": map[string]string{
+			"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%",
+		},
+	}
+}
+
+func (k *Kubelet) writeConfig() error {
+	b, err := json.MarshalIndent(k.config(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(k.ConfigPath, append(b, '\n'), 0o644)
+}
+
+func (k *Kubelet) args() []string {
+	return []string{
+		"--config", k.ConfigPath,
+		"--root-dir", k.RootDir,
+		"--cert-dir", filepath.Join(k.opts.Dir, "pki"),
+		"--volume-plugin-dir", filepath.Join(k.opts.Dir, "volume-plugins"),
+		"--container-runtime-endpoint", k.opts.RuntimeEndpoint,
+		"--hostname-override", k.opts.NodeName,
+		"--node-ip", "127.0.0.1",
+		"--v", "2",
+	}
+}
+
+// NodeName is the node name static pods are suffixed with.
+func (k *Kubelet) NodeName() string { return k.opts.NodeName }
+
+// Start starts the kubelet (again) and waits up to 60s until /healthz and
+// /pods answer.
+func (k *Kubelet) Start(t testing.TB) {
+	t.Helper()
+	k.mu.Lock()
+	if k.cmd != nil && !closed(k.done) {
+		k.mu.Unlock()
+		t.Fatalf("kubelet: already running as pid %d", k.cmd.Process.Pid)
+	}
+	logf, err := os.OpenFile(k.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		k.mu.Unlock()
+		t.Fatalf("kubelet: %v", err)
+	}
+	bin := Binary()
+	fmt.Fprintf(logf, "\n===== test: kubelet starting at %s: %s %q\n", time.Now().Format(time.RFC3339Nano), bin, k.args())
+	cmd := exec.Command(bin, k.args()...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		k.mu.Unlock()
+		t.Fatalf("kubelet: start: %v", err)
+	}
+	done := make(chan struct{})
+	k.cmd, k.done = cmd, done
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	k.mu.Unlock()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := k.ready()
+		if err == nil {
+			return
+		}
+		if closed(done) {
+			t.Fatalf("kubelet exited before it was ready (%v); last lines:\n%s", cmd.ProcessState, k.LogTail(60, ""))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubelet not ready after 60s: %v; last lines:\n%s", err, k.LogTail(60, ""))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (k *Kubelet) ready() error {
+	resp, err := k.client.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", k.Healthz))
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthz: %s: %s", resp.Status, b)
+	}
+	_, err = k.Get("/pods")
+	return err
+}
+
+// PID of the running kubelet, or 0.
+func (k *Kubelet) PID() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cmd == nil || closed(k.done) {
+		return 0
+	}
+	return k.cmd.Process.Pid
+}
+
+// Stop sends SIGTERM to the kubelet's PID, SIGKILL after 20s, and waits. It
+// reports whether SIGKILL was needed.
+func (k *Kubelet) Stop() (killed bool) {
+	k.mu.Lock()
+	cmd, done := k.cmd, k.done
+	k.mu.Unlock()
+	if cmd == nil || closed(done) {
+		return false
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return false
+	case <-time.After(20 * time.Second):
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+	return true
+}
+
+// unmountRoot undoes the kubelet's bind mount of its root dir onto itself
+// (and anything still mounted below it), deepest first.
+func (k *Kubelet) unmountRoot(t testing.TB) {
+	for i := 0; i < 10; i++ {
+		points := mountPointsUnder(k.RootDir)
+		if len(points) == 0 {
+			return
+		}
+		sort.Slice(points, func(a, b int) bool { return len(points[a]) > len(points[b]) })
+		for _, p := range points {
+			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				t.Logf("kubelet: unmount %s: %v", p, err)
+			}
+		}
+	}
+	if left := mountPointsUnder(k.RootDir); len(left) > 0 {
+		t.Errorf("kubelet: still mounted under %s: %v", k.RootDir, left)
+	}
+}
+
+// Get does a GET on the authenticated API (https, anonymous) and returns the
+// body; a status other than 200 is an error.
+func (k *Kubelet) Get(path string) ([]byte, error) {
+	resp, err := k.client.Get(k.URL() + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
+}
+
+// URL is the authenticated API's base URL, https://127.0.0.1:PORT.
+func (k *Kubelet) URL() string { return "https://127.0.0.1:" + strconv.Itoa(k.Port) }
+
+// LogTail returns the last n lines of the kubelet log; with prefix, only
+// lines that start with it (klog severity: "E", "W").
+func (k *Kubelet) LogTail(n int, prefix string) string {
+	b, err := os.ReadFile(k.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if prefix == "" || strings.HasPrefix(l, prefix) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("kubelet: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func closed(c chan struct{}) bool {
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,309 @@
+//go:build integration
+
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+// Pod names (without the node suffix) of the static pods TestKubelet runs.
+var testPods = []string{"share", "probe", "web", "logger"}
+
+// e2e is what the steps of TestKubelet share.
+type e2e struct {
+	env      *harness.Env
+	k        *Kubelet
+	rt       runtimeapi.RuntimeServiceClient
+	hostPort int
+}
+
+// TestKubelet runs a standalone kubelet v1.34 on shimd and checks static
+// pods through the kubelet's API and through CRI, step by step. The steps
+// share one kubelet and one shimd; each waits with a deadline.
+func TestKubelet(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the kubelet e2e test needs root")
+	}
+	if _, err := os.Stat(Binary()); err != nil {
+		// "make integration" runs every package; "make e2e-kubelet" builds it first.
+		t.Skipf("no kubelet at %s: build it with hack/tools.sh kubelet (make e2e-kubelet)", Binary())
+	}
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	hosts := filepath.Join(harness.NewBaseDir(t), "hosts")
+	reg.WriteHermeticHostsDir(t, hosts) // a missing image never falls through to the real registry
+	env := harness.New(t, harness.Options{
+		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
+		LeakTimeout: time.Minute,
+	})
+	s := &e2e{env: env, rt: env.Shimd.Runtime(t)}
+
+	start := time.Now()
+	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node"})
+	t.Logf("kubelet %s pid %d up in %s: API %s, read-only :%d, root %s, log %s",
+		Version, s.k.PID(), time.Since(start).Round(time.Millisecond), s.k.URL(), s.k.ReadOnly, s.k.RootDir, s.k.LogPath)
+	// On failure: stop the kubelet first so it recreates nothing, then take
+	// down through CRI whatever pods it left, so that netns, leases and
+	// cgroups go too (the failed step has said what went wrong; the
+	// harness's leak check runs after this on what remains).
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.k.Stop()
+			s.forceRemovePods(t)
+		}
+	})
+
+	s.hostPort = FreePort(t)
+	for _, p := range []*corev1.Pod{sharePod(), probePod(), webPod(s.hostPort), loggerPod()} {
+		s.k.WritePod(t, p)
+	}
+
+	t.Run("1_init_and_shared_emptyDir", s.stepShare)
+	t.Run("2_liveness_restart_and_readiness", s.stepProbes)
+	t.Run("3_hostPort", s.stepHostPort)
+	t.Run("4_logs_and_rotation", s.stepLogs)
+	t.Run("5_exec_and_portforward", s.stepStreaming)
+	t.Run("5b_stats_summary", s.stepStats)
+	t.Run("6_kill9_shimd_and_restart_kubelet", s.stepRestart)
+	t.Run("7_remove_manifests_teardown", s.stepTeardown)
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Step 1: the init container ran first and exited 0; its file in the
+// emptyDir is read by "reader", which also sees what "writer" wrote.
+func (s *e2e) stepShare(t *testing.T) {
+	var pod *corev1.Pod
+	took := Eventually(t, 3*time.Minute, "pod share runs (init done, writer and reader running)", func() error {
+		p, err := s.k.Pod("share")
+		if err != nil {
+			return err
+		}
+		pod = p
+		init := containerStatus(p, "init")
+		if init == nil || init.State.Terminated == nil {
+			return fmt.Errorf("init container not terminated: %+v", init)
+		}
+		if init.State.Terminated.ExitCode != 0 {
+			return fmt.Errorf("init container: %s", stateString(init.State))
+		}
+		return running(p, false, "writer", "reader")
+	})
+	t.Logf("pod share running after %s, pod IP %s", took, pod.Status.PodIP)
+
+	want := initOutput + "\n" + writerOutput + "\nreader-done\n"
+	Eventually(t, time.Minute, "reader's /containerLogs", func() error {
+		out, err := s.k.ContainerLogs("share", "reader", LogOptions{})
+		if err != nil {
+			return err
+		}
+		if out != want {
+			return fmt.Errorf("got %q, want %q", out, want)
+		}
+		return nil
+	})
+	if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !s.env.CNI.Subnet.Contains(ip) {
+		t.Errorf("pod IP %q is not in the CNI subnet %s", pod.Status.PodIP, s.env.CNI.Subnet)
+	}
+	if podCondition(pod, corev1.PodInitialized) != corev1.ConditionTrue {
+		t.Errorf("pod share: Initialized condition is %q", podCondition(pod, corev1.PodInitialized))
+	}
+
+	// Through CRI: one ready sandbox with the same IP; three containers
+	// whose ids are the kubelet's.
+	sb := s.sandbox(t, "share")
+	st, err := s.rt.PodSandboxStatus(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.Id})
+	if err != nil {
+		t.Fatalf("PodSandboxStatus: %v", err)
+	}
+	if got := st.GetStatus().GetNetwork().GetIp(); got != pod.Status.PodIP {
+		t.Errorf("CRI sandbox IP %q, kubelet pod IP %q", got, pod.Status.PodIP)
+	}
+	ctrs := s.containers(t, sb.Id)
+	wantState := map[string]runtimeapi.ContainerState{
+		"init": runtimeapi.ContainerState_CONTAINER_EXITED, "writer": runtimeapi.ContainerState_CONTAINER_RUNNING,
+		"reader": runtimeapi.ContainerState_CONTAINER_RUNNING,
+	}
+	for _, c := range ctrs {
+		name := c.GetMetadata().GetName()
+		if ws, ok := wantState[name]; !ok || c.State != ws {
+			t.Errorf("CRI container %s (%s) is %s, want %s", name, c.Id, c.State, ws)
+		}
+		if cs := containerStatus(pod, name); cs == nil || criID(cs.ContainerID) != c.Id {
+			t.Errorf("CRI container %s id %s is not the kubelet's (%+v)", name, c.Id, cs)
+		}
+		delete(wantState, name)
+	}
+	if len(wantState) > 0 {
+		t.Errorf("CRI lacks containers %v of pod share", wantState)
+	}
+
+	// The kubelet's pod cgroup (cgroupfs driver, BestEffort QoS) holds the
+	// sandbox's and the running containers' cgroups, named by their ids.
+	podCgroup := filepath.Join("/sys/fs/cgroup/memory/kubepods/besteffort", "pod"+string(pod.UID))
+	for _, id := range []string{sb.Id, criID(containerStatus(pod, "writer").ContainerID), criID(containerStatus(pod, "reader").ContainerID)} {
+		procs, err := os.ReadFile(filepath.Join(podCgroup, id, "cgroup.procs"))
+		if err != nil || len(strings.TrimSpace(string(procs))) == 0 {
+			t.Errorf("cgroup %s/%s holds no process (%v): shimd must honour the kubelet's cgroup parent", podCgroup, id, err)
+		}
+	}
+}
+
+// Step 5b: /stats/summary reports the pod and its containers with CPU and
+// memory (cAdvisor, from the cgroups shimd made) and rootfs and logs (CRI).
+func (s *e2e) stepStats(t *testing.T) {
+	var last *PodStats
+	Eventually(t, 90*time.Second, "pod share in /stats/summary with container CPU, memory, rootfs and logs", func() error {
+		sum, err := s.k.StatsSummary()
+		if err != nil {
+			return err
+		}
+		for i := range sum.Pods {
+			if sum.Pods[i].PodRef.Name == s.k.MirrorName("share") {
+				last = &sum.Pods[i]
+			}
+		}
+		if last == nil {
+			return fmt.Errorf("pod not in the summary (%d pods)", len(sum.Pods))
+		}
+		var missing []string
+		for _, name := range []string{"writer", "reader"} {
+			var cs *ContainerStats
+			for i := range last.Containers {
+				if last.Containers[i].Name == name {
+					cs = &last.Containers[i]
+				}
+			}
+			switch {
+			case cs == nil:
+				missing = append(missing, name)
+				continue
+			case cs.CPU == nil || cs.CPU.UsageCoreNanoSeconds == nil:
+				missing = append(missing, name+".cpu")
+			}
+			if cs.Memory == nil || cs.Memory.WorkingSetBytes == nil {
+				missing = append(missing, name+".memory")
+			}
+			if cs.Rootfs == nil || cs.Rootfs.UsedBytes == nil {
+				missing = append(missing, name+".rootfs")
+			}
+			if cs.Logs == nil || cs.Logs.UsedBytes == nil {
+				missing = append(missing, name+".logs")
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("missing %v", missing)
+		}
+		return nil
+	})
+	if last.Network == nil || len(last.Network.Interfaces) == 0 {
+		t.Logf("note: no pod network stats in the summary")
+	}
+}
+
+// Step 2: the liveness probe fails on the first two starts: the kubelet
+// kills and restarts the container, restartCount rises 0 -> 1 -> 2 and
+// stays; the readiness probe then makes the pod Ready.
+func (s *e2e) stepProbes(t *testing.T) {
+	var seen []int32
+	var pod *corev1.Pod
+	took := Eventually(t, 4*time.Minute, "probe pod restarted twice by its liveness probe, then Ready", func() error {
+		p, err := s.k.Pod("probe")
+		if err != nil {
+			return err
+		}
+		pod = p
+		cs := containerStatus(p, "app")
+		if cs == nil {
+			return fmt.Errorf("no status for container app")
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != cs.RestartCount {
+			seen = append(seen, cs.RestartCount)
+		}
+		if cs.RestartCount > 2 {
+			t.Fatalf("restartCount %d: the third start should have stayed healthy (seen %v)", cs.RestartCount, seen)
+		}
+		if cs.RestartCount < 2 {
+			return fmt.Errorf("restartCount %d, state %s", cs.RestartCount, stateString(cs.State))
+		}
+		if err := running(p, true, "app"); err != nil {
+			return err
+		}
+		if podCondition(p, corev1.PodReady) != corev1.ConditionTrue {
+			return fmt.Errorf("Ready condition is %q", podCondition(p, corev1.PodReady))
+		}
+		return nil
+	})
+	t.Logf("restartCount went %v; Ready after %s", seen, took)
+	for i := 1; i < len(seen); i++ {
+		if seen[i] < seen[i-1] {
+			t.Errorf("restartCount went down: %v", seen)
+		}
+	}
+	cs := containerStatus(pod, "app")
+	if lt := cs.LastTerminationState.Terminated; lt == nil {
+		t.Errorf("no last termination state after a liveness restart")
+	} else {
+		t.Logf("last termination: exit %d, reason %s", lt.ExitCode, lt.Reason)
+	}
+	if out, err := s.k.ContainerLogs("probe", "app", LogOptions{}); err != nil || !strings.Contains(out, "start 3") {
+		t.Errorf("current log of app: %q, %v; want \"start 3\"", out, err)
+	}
+	if out, err := s.k.ContainerLogs("probe", "app", LogOptions{Previous: true}); err != nil ||
+		!strings.Contains(out, "start 2") || !strings.Contains(out, "unhealthy now") {
+		t.Errorf("previous log of app: %q, %v; want \"start 2\" and \"unhealthy now\"", out, err)
+	}
+	// Through CRI: the running container is attempt 2 and the kubelet's.
+	var runningIDs []string
+	for _, c := range s.containers(t, s.sandbox(t, "probe").Id) {
+		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			runningIDs = append(runningIDs, c.Id)
+			if c.GetMetadata().GetAttempt() != 2 {
+				t.Errorf("CRI running container %s has attempt %d, want 2", c.Id, c.GetMetadata().GetAttempt())
+			}
+		}
+	}
+	if len(runningIDs) != 1 || runningIDs[0] != criID(cs.ContainerID) {
+		t.Errorf("CRI running containers %v, kubelet's %s", runningIDs, cs.ContainerID)
+	}
+}
+
+// Step 3: the nginx stand-in answers on 127.0.0.1:hostPort (portmap DNAT).
+func (s *e2e) stepHostPort(t *testing.T) {
+	took := Eventually(t, 3*time.Minute, "web pod running and ready (HTTP readiness probe)", func() error {
+		p, err := s.k.Pod("web")
+		if err != nil {
+			return err
+		}
+		return running(p, true, "web")
+	})
+	t.Logf("web ready after %s", took)
+	u := fmt.Sprintf("http://127.0.0.1:%d/", s.hostPort)
+	Eventually(t, time.Minute, "GET "+u, func() error {
+		code, _, err := httpGet(context.Background(), u)
+		if err != nil {
+			return err
+		}
+		if code != 200 {
+			return fmt.Errorf("status %d", code)
+		}
+		return nil
+	})
+}
