@@ -2,11 +2,8 @@ package runtime
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -80,21 +77,7 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 	}
 	var cio *containerIO
 	t0 := time.Now()
-	creator := newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio)
-	var task client.Task
-	if addr := s.shimAddress(ctx, c.SandboxID); addr != "" {
-		// The pod's shim runs already: hand containerd its address instead of having
-		// it start the shim binary only to be told that address.
-		task, err = cc.NewTask(ctx, creator, client.WithTaskAPIEndpoint(addr, shimTaskAPIVersion))
-		if err != nil && cio != nil {
-			log.G(ctx).WithError(err).Debug("create task in the pod's shim; starting it the usual way")
-			cio.close()
-			cio = nil
-		}
-	}
-	if task == nil {
-		task, err = cc.NewTask(ctx, creator)
-	}
+	task, err := cc.NewTask(ctx, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio))
 	tCreate := time.Since(t0)
 	if err != nil {
 		if cio != nil {
@@ -129,24 +112,6 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 			st.StartedAt = startedAt.UnixNano()
 		}
 	})
-}
-
-// shimTaskAPIVersion is the task API version of the runc shim v2 (ttrpc, version 3).
-const shimTaskAPIVersion = 3
-
-// shimAddress is the socket of the shim that runs the pod's pause task, computed as
-// containerd computes it (sha256 of <containerd address>/<namespace>/<group>, the
-// group being the sandbox id), or "" when that socket does not exist.
-func (s *Service) shimAddress(_ context.Context, sandboxID string) string {
-	if s.opts.ShimSocketDir == "" || s.opts.ContainerdAddress == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(filepath.Join(s.opts.ContainerdAddress, s.opts.Namespace, sandboxID)))
-	path := filepath.Join(s.opts.ShimSocketDir, hex.EncodeToString(sum[:]))
-	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 {
-		return ""
-	}
-	return "unix://" + path
 }
 
 // closeOnce closes c.exited unless it is closed.

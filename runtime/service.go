@@ -38,9 +38,6 @@ type Options struct {
 	Namespace string
 	// Node is what shimd learned about the node at start.
 	Node NodeInfo
-	// ContainerdAddress and ShimSocketDir locate a pod's shim socket (see shimAddress).
-	ContainerdAddress string
-	ShimSocketDir     string
 	// Version is shimd's version; ConfigJSON the effective config, for verbose Status.
 	Version    string
 	ConfigJSON string

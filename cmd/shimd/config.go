@@ -45,9 +45,6 @@ type ContainerdConfig struct {
 	Address     string `toml:"address"`
 	Namespace   string `toml:"namespace"`
 	Snapshotter string `toml:"snapshotter"`
-	// ShimSocketDir is where containerd puts shim sockets (its shim manager's
-	// socket_dir). With it, containers start in their pod's running shim directly.
-	ShimSocketDir string `toml:"shim_socket_dir"`
 }
 
 // CNIConfig locates CNI network configs and plugins.
@@ -126,10 +123,9 @@ func DefaultConfig() Config {
 		CgroupDriver:   "cgroupfs",
 		DefaultRuntime: "runc",
 		Containerd: ContainerdConfig{
-			Address:       "/run/containerd/containerd.sock",
-			Namespace:     "shimd",
-			Snapshotter:   "overlayfs",
-			ShimSocketDir: "/run/containerd/s",
+			Address:     "/run/containerd/containerd.sock",
+			Namespace:   "shimd",
+			Snapshotter: "overlayfs",
 		},
 		CNI: CNIConfig{
 			ConfDir:  "/etc/cni/net.d",

@@ -185,7 +185,6 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
 		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg),
-		ContainerdAddress: cfg.Containerd.Address, ShimSocketDir: cfg.Containerd.ShimSocketDir,
 	})
 	return wiring{sandboxes: sandboxes, runtime: rs, images: images}
 }

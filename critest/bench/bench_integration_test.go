@@ -72,7 +72,6 @@ func newPair(b *testing.B) *pair {
 		ContainerdAddress: env.Containerd.Address(),
 		Dir:               env.Base,
 		RuncRoot:          filepath.Join(env.Base, "runc"),
-		ShimSocketDir:     env.Containerd.ShimSocketDir(),
 		ExtraConfig:       fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
 	})
 	// Registered after StartShimd, so it runs while shimd is still up.

@@ -147,15 +147,6 @@ func or(s, def string) string {
 	return s
 }
 
-// ShimSocketDir is the directory containerd puts shim sockets in: the private one
-// of a 2.x daemon, or /run/containerd/s (1.6 cannot move it).
-func (c *Containerd) ShimSocketDir() string {
-	if c.major >= 2 {
-		return c.layout.ShimSocks
-	}
-	return "/run/containerd/s"
-}
-
 // Address is the containerd gRPC socket path (also its CRI socket when WithCRI).
 func (c *Containerd) Address() string { return c.layout.Address }
 

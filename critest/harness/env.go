@@ -69,9 +69,6 @@ func New(t testing.TB, opts Options) *Env {
 		sopts := opts.Shimd
 		sopts.Dir = e.Base
 		sopts.ContainerdAddress = e.Containerd.Address()
-		if sopts.ShimSocketDir == "" {
-			sopts.ShimSocketDir = e.Containerd.ShimSocketDir()
-		}
 		if sopts.RuncRoot == "" {
 			// runc's default root is shared by every daemon on the host.
 			sopts.RuncRoot = filepath.Join(e.Base, "runc")

@@ -37,10 +37,6 @@ type ShimdOptions struct {
 	// NoCNIConfig leaves the CNI conf dir empty (for NetworkReady=false
 	// tests). StartShimd never writes a network itself; New honours this.
 	NoCNIConfig bool
-	// ShimSocketDir is containerd's shim socket directory, written as
-	// [containerd] shim_socket_dir. Empty: containerd's private one when it is 2.x
-	// and was started by the harness (see Containerd.ShimSocketDir), else unset.
-	ShimSocketDir string
 }
 
 // Shimd is a shimd daemon started by the harness.
@@ -80,7 +76,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 	if len(s.Socket()) > 100 {
 		t.Fatalf("harness: socket path %s is too long for a unix socket", s.Socket())
 	}
-	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig, opts.ShimSocketDir)
+	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig)
 	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
@@ -106,7 +102,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 }
 
 // shimdConfig renders the TOML file shimd reads. shimd rejects unknown keys.
-func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra, shimSockets string) string {
+func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string) string {
 	q := strconv.Quote
 	var b strings.Builder
 	fmt.Fprintf(&b, "socket = %s\n", q(s.Socket()))
@@ -116,11 +112,7 @@ func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra, shimSockets st
 	if extra != "" {
 		fmt.Fprintf(&b, "\n%s\n\n", strings.TrimSpace(extra))
 	}
-	fmt.Fprintf(&b, "[containerd]\naddress = %s\nnamespace = %s\n", q(containerdAddr), q("shimd"))
-	if shimSockets != "" {
-		fmt.Fprintf(&b, "shim_socket_dir = %s\n", q(shimSockets))
-	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "[containerd]\naddress = %s\nnamespace = %s\n\n", q(containerdAddr), q("shimd"))
 	fmt.Fprintf(&b, "[cni]\nconf_dir = %s\nbin_dirs = [%s]\ncache_dir = %s\n\n",
 		q(s.CNIConfDir()), q(CNIBinDir), q(s.CNICacheDir()))
 	fmt.Fprintf(&b, "[runtimes.runc]\ntype = %s\nbinary_name = %s\n", q("io.containerd.runc.v2"), q(runc))
