@@ -23,7 +23,7 @@ type Options struct {
 }
 
 // CNI runs CNI plugins for pods. The network is the first config (by file name) in
-// ConfDir; it is reloaded when the directory changes.
+// ConfDir, loaded at start and, while none could be loaded, again on each use.
 //
 // Lock order: mu only; never held while a plugin runs.
 type CNI struct {
@@ -101,21 +101,14 @@ func (c *CNI) SetPodCIDR(cidr string) {
 
 func (c *CNI) network() (*libcni.NetworkConfigList, error) {
 	c.mu.Lock()
-	list, err := c.list, c.loadErr
+	loaded := c.list != nil
 	c.mu.Unlock()
-	if list != nil {
-		return list, nil
+	if !loaded {
+		c.Reload()
 	}
-	c.Reload()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.list == nil {
-		if c.loadErr == nil {
-			c.loadErr = err
-		}
-		return nil, c.loadErr
-	}
-	return c.list, nil
+	return c.list, c.loadErr
 }
 
 func loadFirst(dir string) (*libcni.NetworkConfigList, error) {

@@ -76,9 +76,7 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 		return err
 	}
 	var cio *containerIO
-	t0 := time.Now()
 	task, err := cc.NewTask(ctx, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio))
-	tCreate := time.Since(t0)
 	if err != nil {
 		if cio != nil {
 			cio.close()
@@ -102,7 +100,6 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
-	log.G(ctx).WithField("steps", fmt.Sprintf("create=%s start=%s", tCreate, time.Since(startedAt))).Debug("task started")
 	return s.setStatus(c, func(st *containerStatus) {
 		st.Starting = false
 		st.Pid = task.Pid()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
@@ -114,43 +115,33 @@ func (m *Manager) resync(ctx context.Context) {
 		if sb.State() != StateReady {
 			continue
 		}
-		if !m.pauseRunning(ctx, sb.ID) {
+		if _, running := m.pauseState(ctx, sb.ID); !running {
 			sb.setState(StateNotReady)
 		}
 	}
 }
 
-// pausePID returns the pid of the running pause task, or 0.
-func (m *Manager) pausePID(ctx context.Context, id string) uint32 {
+// pauseState reads the sandbox's pause task: its pid while it runs, and whether it
+// may still be running. Errors other than not-found (containerd unreachable) count as
+// running with an unknown pid: no state is changed on a guess.
+func (m *Manager) pauseState(ctx context.Context, id string) (pid uint32, running bool) {
 	c, err := m.opts.Client.LoadContainer(ctx, id)
 	if err != nil {
-		return 0
+		return 0, !errdefs.IsNotFound(err)
 	}
 	task, err := c.Task(ctx, nil)
 	if err != nil {
-		return 0
-	}
-	st, err := task.Status(ctx)
-	if err != nil || st.Status != "running" {
-		return 0
-	}
-	return task.Pid()
-}
-
-// pauseRunning tells whether the sandbox's pause task runs. Errors other than
-// not-found (containerd unreachable) count as running: no state is changed on a guess.
-func (m *Manager) pauseRunning(ctx context.Context, id string) bool {
-	c, err := m.opts.Client.LoadContainer(ctx, id)
-	if err != nil {
-		return !errdefs.IsNotFound(err)
-	}
-	task, err := c.Task(ctx, nil)
-	if err != nil {
-		return !errdefs.IsNotFound(err)
+		return 0, !errdefs.IsNotFound(err)
 	}
 	st, err := task.Status(ctx)
 	if err != nil {
-		return !errdefs.IsNotFound(err)
+		return 0, !errdefs.IsNotFound(err)
 	}
-	return st.Status == "running" || st.Status == "created" || st.Status == "pausing" || st.Status == "paused"
+	switch st.Status {
+	case client.Running:
+		return task.Pid(), true
+	case client.Created, client.Pausing, client.Paused:
+		return 0, true
+	}
+	return 0, false
 }

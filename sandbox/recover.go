@@ -48,7 +48,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			delete(known, c.ID)
 			continue
 		}
-		if pid := m.pausePID(ctx, sb.ID); pid != 0 {
+		if pid, _ := m.pauseState(ctx, sb.ID); pid != 0 {
 			sb.state, sb.PID = StateReady, pid
 		}
 		if sb.NetNSPath != "" {

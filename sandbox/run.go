@@ -101,7 +101,11 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	t2 := time.Now()
 	var tNet time.Duration
 	netc := make(chan error, 1)
-	go func() { netc <- m.setupNetwork(ctx, sb); tNet = time.Since(t2) }()
+	go func() {
+		err := m.setupNetwork(ctx, sb)
+		tNet = time.Since(t2) // written before the send, read after the receive
+		netc <- err
+	}()
 	task, taskErr := m.startTask(ctx, container)
 	tTask := time.Since(t2)
 	netErr := <-netc

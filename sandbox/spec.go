@@ -97,9 +97,6 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 	if groups := sc.GetSupplementalGroups(); len(groups) > 0 {
 		opts = append(opts, withAdditionalGIDs(groups))
 	}
-	if sc.GetReadonlyRootfs() {
-		opts = append(opts, oci.WithRootFSReadonly())
-	}
 	if sc.GetPrivileged() {
 		opts = append(opts, oci.WithMaskedPaths(nil), oci.WithReadonlyPaths(nil))
 	}

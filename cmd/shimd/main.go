@@ -173,17 +173,20 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 	})
 	pauseRef, pauseImages := pauseImage(cfg, cl, images)
 	images.Pin(pauseRef)
+	// Nothing gets a lower oom_score_adj than shimd's own (see ENVIRONMENT: no
+	// CAP_SYS_RESOURCE on some nodes).
+	minOOM := sandbox.OwnOOMScoreAdj(os.ReadFile)
 	sandboxes := sandbox.NewManager(sandbox.Options{
 		Client: cl, Namespace: cfg.Containerd.Namespace, RootDir: cfg.RootDir, StateDir: cfg.StateDir,
 		CgroupDriver: cfg.CgroupDriver, Runtimes: runtimes, DefaultRuntime: cfg.DefaultRuntime,
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef,
-		MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
+		MinOOMScoreAdj: minOOM,
 	})
 	cfgJSON, _ := json.Marshal(cfg)
 	rs := runtime.New(runtime.Options{
 		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: string(cfgJSON),
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
-		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: sandbox.OwnOOMScoreAdj(os.ReadFile),
+		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM,
 		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg),
 	})
 	return wiring{sandboxes: sandboxes, runtime: rs, images: images}

@@ -92,6 +92,16 @@ func mountsUnder(dir string) ([]mount, error) {
 	return out, sc.Err()
 }
 
+// MountPointsUnder lists the mount points at or below dir in the test's mount namespace.
+func MountPointsUnder(dir string) ([]string, error) {
+	ms, err := mountsUnder(dir)
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Point)
+	}
+	return out, err
+}
+
 // parseMountinfo parses "id parent maj:min root point opts [optional...] - fstype source superopts".
 func parseMountinfo(line string) (mount, bool) {
 	f := strings.Fields(line)
