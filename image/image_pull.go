@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/remotes"
 	remoteerrors "github.com/containerd/containerd/v2/core/remotes/errors"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -87,13 +88,23 @@ func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *r
 		}
 	}()
 
+	resolver := s.resolver(ctx, ref, auth, p)
+	u := &streamUnpacker{
+		snapshotter: snapshotter,
+		sn:          s.opts.Client.SnapshotService(snapshotter),
+		cs:          s.opts.Client.ContentStore(),
+		fetcher:     func(ctx context.Context) (remotes.Fetcher, error) { return resolver.Fetcher(ctx, ref.Name) },
+		locks:       &s.layerLocks,
+	}
 	img, err := s.opts.Client.Pull(ctx, ref.Name,
-		client.WithResolver(s.resolver(ctx, ref, auth, p)),
-		client.WithPullUnpack,
-		client.WithPullSnapshotter(snapshotter),
+		client.WithResolver(resolver),
+		client.WithImageHandlerWrapper(u.wrap),
 		client.WithPlatformMatcher(s.platform),
 		client.WithMaxConcurrentDownloads(8),
 	)
+	if err == nil && !u.unpacked() {
+		err = fmt.Errorf("%w: %w", errNoManifest, errdefs.ErrNotFound)
+	}
 	if err != nil {
 		if errors.Is(context.Cause(ctx), stalled) {
 			return "", fmt.Errorf("pull %s: no progress for %s: %w", ref.Name, s.opts.NoProgressTimeout, errdefs.ErrUnavailable)

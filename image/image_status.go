@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/image-spec/identity"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -21,6 +23,14 @@ func (s *Service) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRe
 	if err != nil {
 		return nil, err
 	}
+	// Layers are kept only unpacked, per snapshotter: an image not unpacked for the
+	// runtime handler's snapshotter is absent for it, so the kubelet pulls it again
+	// for that handler.
+	if ok, err := s.unpackedFor(ctx, img, s.snapshotter(req.GetImage().GetRuntimeHandler())); err != nil {
+		return nil, err
+	} else if !ok {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
 	resp := &runtimeapi.ImageStatusResponse{Image: toCRI(img)}
 	if req.GetVerbose() {
 		info, err := json.Marshal(map[string]any{"imageSpec": img.Config, "records": img.Records, "target": img.Target})
@@ -30,4 +40,29 @@ func (s *Service) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRe
 		resp.Info = map[string]string{"info": string(info)}
 	}
 	return resp, nil
+}
+
+// unpackedFor tells whether img's layers are unpacked in snapshotter.
+func (s *Service) unpackedFor(ctx context.Context, img *Image, snapshotter string) (bool, error) {
+	diffIDs := img.Config.RootFS.DiffIDs
+	if len(diffIDs) == 0 {
+		return true, nil
+	}
+	_, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, identity.ChainID(diffIDs).String())
+	if !errdefs.IsNotFound(err) {
+		return err == nil, err
+	}
+	// Not unpacked there; an image whose layers are stored (an imported one, such
+	// as the built-in pause image) is unpacked on use.
+	cs := s.opts.Client.ContentStore()
+	m, err := images.Manifest(ctx, cs, img.Target, s.platform)
+	if err != nil {
+		return false, nil
+	}
+	for _, l := range m.Layers {
+		if _, err := cs.Info(ctx, l.Digest); err != nil {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -43,6 +43,8 @@ type Service struct {
 	meta map[string]*imageMeta
 
 	roots sync.Map // snapshotter name -> root directory
+
+	layerLocks keyedMutex // by snapshotter/chain id, while a layer is unpacked
 }
 
 // New makes the image service.

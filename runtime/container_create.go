@@ -178,6 +178,11 @@ func (s *Service) ensureUnpacked(ctx context.Context, img *image.Image, snapshot
 		return fmt.Errorf("image %s: %w", img.ID, err)
 	}
 	if err := ci.Unpack(ctx, snapshotter); err != nil {
+		if errdefs.IsNotFound(err) {
+			// shimd keeps pulled layers only unpacked (see image.streamUnpacker).
+			return fmt.Errorf("image %s is not unpacked for snapshotter %s and its layers are not stored: "+
+				"pull it with this runtime handler: %w", img.ID, snapshotter, errdefs.ErrFailedPrecondition)
+		}
 		return fmt.Errorf("unpack image %s for %s: %w", img.ID, snapshotter, err)
 	}
 	return nil

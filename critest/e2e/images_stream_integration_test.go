@@ -1,0 +1,201 @@
+//go:build integration
+
+package e2e
+
+import (
+	"archive/tar"
+	"context"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// blobRegistry is a minimal registry on 127.0.0.1 serving one repository from
+// memory, where a test can serve bytes that do not match the manifest.
+type blobRegistry struct {
+	srv       *httptest.Server
+	manifests map[string][]byte        // by tag
+	blobs     map[digest.Digest][]byte // what is served for a digest
+}
+
+func newBlobRegistry(t *testing.T) *blobRegistry {
+	r := &blobRegistry{manifests: map[string][]byte{}, blobs: map[digest.Digest][]byte{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p := req.URL.Path
+		switch {
+		case p == "/v2/" || p == "/v2":
+			w.WriteHeader(http.StatusOK)
+		case strings.Contains(p, "/manifests/"):
+			tag := p[strings.LastIndex(p, "/")+1:]
+			m, ok := r.manifests[tag]
+			if !ok {
+				if b, ok2 := r.blobs[digest.Digest(tag)]; ok2 {
+					m, ok = b, true
+				}
+			}
+			if !ok {
+				http.NotFound(w, req)
+				return
+			}
+			w.Header().Set("Content-Type", ocispec.MediaTypeImageManifest)
+			w.Header().Set("Docker-Content-Digest", digest.FromBytes(m).String())
+			w.Header().Set("Content-Length", fmt.Sprint(len(m)))
+			if req.Method != http.MethodHead {
+				w.Write(m)
+			}
+		case strings.Contains(p, "/blobs/"):
+			b, ok := r.blobs[digest.Digest(p[strings.LastIndex(p, "/")+1:])]
+			if !ok {
+				http.NotFound(w, req)
+				return
+			}
+			w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+			if req.Method != http.MethodHead {
+				w.Write(b)
+			}
+		default:
+			http.NotFound(w, req)
+		}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// image adds an image of one layer holding file with data under tag. It returns
+// the layer's digest; the manifest, config and layer are served as they are.
+func (r *blobRegistry) image(t *testing.T, tag, file, data string, diffID digest.Digest) digest.Digest {
+	var tarBuf bytes.Buffer
+	tw := tar.NewWriter(&tarBuf)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: file, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}))
+	_, err := tw.Write([]byte(data))
+	require.NoError(t, err)
+	require.NoError(t, tw.Close())
+	if diffID == "" {
+		diffID = digest.FromBytes(tarBuf.Bytes())
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err = zw.Write(tarBuf.Bytes())
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	layer := gz.Bytes()
+
+	cfg, err := json.Marshal(ocispec.Image{
+		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
+		Config:   ocispec.ImageConfig{Cmd: []string{"/" + file}},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
+	})
+	require.NoError(t, err)
+	man, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
+		Layers:    []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(layer), Size: int64(len(layer))}},
+	})
+	require.NoError(t, err)
+	r.blobs[digest.FromBytes(cfg)] = cfg
+	r.blobs[digest.FromBytes(layer)] = layer
+	r.manifests[tag] = man
+	r.blobs[digest.FromBytes(man)] = man
+	return digest.FromBytes(layer)
+}
+
+// hostsDir writes a hosts.toml that sends host to this registry over plain HTTP.
+func (r *blobRegistry) hostsDir(t *testing.T, host string) string {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, host), 0o755))
+	body := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", r.srv.URL, r.srv.URL)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, host, "hosts.toml"), []byte(body), 0o644))
+	return dir
+}
+
+// Layers stream from the registry straight into the snapshotter. A layer whose
+// bytes do not match the manifest's digest, or whose uncompressed digest does not
+// match the config, fails the pull and leaves no image and no snapshot behind; a
+// good one unpacks and runs.
+func TestPullVerifiesStreamedLayers(t *testing.T) {
+	requireRoot(t)
+	const host = "tamper.test"
+	reg := newBlobRegistry(t)
+
+	good := reg.image(t, "good", "hello", "hello from a streamed layer\n", "")
+	reg.image(t, "wrongdiffid", "x", "some data\n", digest.FromString("not the tar"))
+	// Same size, other bytes: the registry serves what the manifest does not
+	// name. One still decompresses (a changed gzip header time), one does not.
+	for tag, at := range map[string]func(int) int{"tampered": func(int) int { return 4 }, "corrupt": func(n int) int { return n - 5 }} {
+		d := reg.image(t, tag, "evil", "original "+tag+"\n", "")
+		b := append([]byte(nil), reg.blobs[d]...)
+		b[at(len(b))] ^= 0xff
+		reg.blobs[d] = b
+	}
+
+	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{
+		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
+	}})
+	is := env.Shimd.Images(t)
+
+	for tag, want := range map[string]string{"tampered": "does not match digest", "corrupt": "does not match digest", "wrongdiffid": "uncompressed digest"} {
+		ref := host + "/repo/img:" + tag
+		_, err := is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+		require.Error(t, err, tag)
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "%s: %v", tag, err)
+		require.Contains(t, err.Error(), want)
+		require.Nil(t, imageStatus(t, is, ref), "%s: a failed pull left an image", tag)
+	}
+	// Nothing but committed snapshots of good layers may exist: none yet.
+	cl := env.Containerd.Client(t)
+	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), "shimd")
+	var names []string
+	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
+		names = append(names, i.Name)
+		return nil
+	}))
+	require.Empty(t, names, "snapshots left by failed pulls")
+
+	ref := host + "/repo/img:good"
+	resp, err := is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	require.NoError(t, err)
+	img := imageStatus(t, is, ref)
+	require.NotNil(t, img)
+	require.Equal(t, resp.ImageRef, img.Id)
+	// The compressed layer is not kept; its snapshot is.
+	_, err = cl.ContentStore().Info(ctx, good)
+	require.Error(t, err, "the layer blob was stored")
+	names = nil
+	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
+		names = append(names, i.Name)
+		return nil
+	}))
+	require.Len(t, names, 1)
+	// The unpacked file is the layer's.
+	var found bool
+	filepath.WalkDir(filepath.Join(env.Containerd.Root(), "io.containerd.snapshotter.v1.overlayfs", "snapshots"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "hello" {
+			b, _ := os.ReadFile(p)
+			found = string(b) == "hello from a streamed layer\n"
+		}
+		return nil
+	})
+	require.True(t, found, "the layer's file is not in the snapshot")
+	removeImage(t, is, ref)
+}

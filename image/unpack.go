@@ -1,0 +1,513 @@
+package image
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/archive"
+	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// streamUnpacker unpacks an image's layers straight from the registry into the
+// snapshotter: each layer is read once from the network, its digest checked as it
+// streams, decompressed and applied, without first being written to containerd's
+// content store over gRPC and read back. Only the index, manifest and config go to
+// the content store; the compressed layers are not kept (as with containerd's
+// discard_unpacked_layers, and as CRI-O keeps none). A layer whose snapshot already
+// exists is not downloaded at all.
+//
+// It is an image handler wrapper for client.Pull: it drops layer descriptors from
+// the fetch, remembers the chosen manifest's layers, and unpacks them when that
+// manifest's config has been fetched, inside Pull's lease and before Pull creates
+// the image record, so a record never names an image that is not unpacked.
+type streamUnpacker struct {
+	snapshotter string
+	sn          snapshots.Snapshotter
+	cs          content.Store
+	fetcher     func(context.Context) (remotes.Fetcher, error)
+	locks       *keyedMutex
+
+	mu     sync.Mutex
+	layers map[digest.Digest][]ocispec.Descriptor // by config digest
+	done   bool
+}
+
+func (u *streamUnpacker) wrap(h images.Handler) images.Handler {
+	return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		if images.IsLayerType(desc.MediaType) {
+			return nil, nil // unpacked from the stream when the config arrives
+		}
+		children, err := h.Handle(ctx, desc)
+		if err != nil {
+			return children, err
+		}
+		switch {
+		case images.IsManifestType(desc.MediaType):
+			var cfg digest.Digest
+			var layers []ocispec.Descriptor
+			kept := children[:0:0]
+			for _, c := range children {
+				switch {
+				case images.IsLayerType(c.MediaType):
+					layers = append(layers, c)
+				default:
+					if images.IsConfigType(c.MediaType) {
+						cfg = c.Digest
+					}
+					kept = append(kept, c)
+				}
+			}
+			u.mu.Lock()
+			if u.layers == nil {
+				u.layers = map[digest.Digest][]ocispec.Descriptor{}
+			}
+			u.layers[cfg] = layers
+			u.mu.Unlock()
+			return kept, nil
+		case images.IsConfigType(desc.MediaType):
+			u.mu.Lock()
+			layers, ok := u.layers[desc.Digest]
+			u.mu.Unlock()
+			if !ok {
+				return children, nil
+			}
+			if err := u.unpack(ctx, desc, layers); err != nil {
+				return nil, err
+			}
+			u.mu.Lock()
+			u.done = true
+			u.mu.Unlock()
+		}
+		return children, nil
+	})
+}
+
+// unpacked tells whether a manifest's layers were unpacked by this pull.
+func (u *streamUnpacker) unpacked() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.done
+}
+
+func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, layers []ocispec.Descriptor) error {
+	start := time.Now()
+	raw, err := content.ReadBlob(ctx, u.cs, config)
+	if err != nil {
+		return err
+	}
+	var img ocispec.Image
+	if err := json.Unmarshal(raw, &img); err != nil {
+		return fmt.Errorf("image config %s: %w", config.Digest, err)
+	}
+	diffIDs := img.RootFS.DiffIDs
+	if len(diffIDs) != len(layers) {
+		return fmt.Errorf("image config %s has %d diff ids for %d layers: %w", config.Digest, len(diffIDs), len(layers), errdefs.ErrInvalidArgument)
+	}
+	chain := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
+
+	// Layers are applied in order, each on its parent; the downloads of the next
+	// ones run ahead into memory while one is applied.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fetcher remotes.Fetcher
+	pipes := make([]*chunkPipe, len(layers))
+	defer func() {
+		for _, p := range pipes {
+			if p != nil {
+				p.CloseRead()
+			}
+		}
+	}()
+	prefetch := func(j int) {
+		if j >= len(layers) || pipes[j] != nil {
+			return
+		}
+		if _, err := u.sn.Stat(ctx, chain[j].String()); err == nil {
+			return // already unpacked: not downloaded
+		}
+		p := newChunkPipe(prefetchChunks)
+		pipes[j] = p
+		go func(desc ocispec.Descriptor) {
+			rc, err := fetcher.Fetch(ctx, desc)
+			if err != nil {
+				p.CloseWithError(fmt.Errorf("fetch: %w", err))
+				return
+			}
+			defer rc.Close()
+			// Checked here, on the downloading core, not on the applying one.
+			_, err = p.ReadFrom(newVerifying(rc, desc))
+			p.CloseWithError(err)
+		}(layers[j])
+	}
+	fetched := 0
+	for i, l := range layers {
+		if fetcher == nil {
+			if _, err := u.sn.Stat(ctx, chain[i].String()); err != nil {
+				f, err := u.fetcher(ctx)
+				if err != nil {
+					return err
+				}
+				fetcher = f
+			}
+		}
+		if fetcher != nil {
+			for j := i; j <= i+prefetchLayers; j++ {
+				prefetch(j)
+			}
+		}
+		parent := ""
+		if i > 0 {
+			parent = chain[i-1].String()
+		}
+		ok, err := u.layer(ctx, l, diffIDs[i], chain[i].String(), parent, func() (io.Reader, error) {
+			if pipes[i] == nil { // unpacked when checked, removed since
+				if fetcher == nil {
+					f, err := u.fetcher(ctx)
+					if err != nil {
+						return nil, err
+					}
+					fetcher = f
+				}
+				prefetch(i)
+			}
+			return pipes[i], nil
+		})
+		if pipes[i] != nil {
+			pipes[i].CloseRead()
+		}
+		if err != nil {
+			return fmt.Errorf("layer %d (%s): %w", i, l.Digest, err)
+		}
+		if ok {
+			fetched++
+		}
+	}
+	// The config holds the unpacked chain against garbage collection, as
+	// containerd's own unpacker labels it.
+	if len(chain) > 0 {
+		key := "containerd.io/gc.ref.snapshot." + u.snapshotter
+		info := content.Info{Digest: config.Digest, Labels: map[string]string{key: chain[len(chain)-1].String()}}
+		if _, err := u.cs.Update(ctx, info, "labels."+key); err != nil {
+			return fmt.Errorf("label config %s: %w", config.Digest, err)
+		}
+	}
+	log.G(ctx).WithField("layers", len(layers)).WithField("fetched", fetched).
+		WithField("duration", time.Since(start).String()).Debug("image unpacked")
+	return nil
+}
+
+// layer makes the snapshot chainID from one layer unless it exists; it reports
+// whether it downloaded the layer.
+func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, diffID digest.Digest, chainID, parent string, open func() (io.Reader, error)) (bool, error) {
+	unlock := u.locks.lock(u.snapshotter + "/" + chainID)
+	defer unlock()
+	if _, err := u.sn.Stat(ctx, chainID); err == nil {
+		return false, nil
+	} else if !errdefs.IsNotFound(err) {
+		return false, err
+	}
+	labels := snapshots.FilterInheritedLabels(desc.Annotations)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[snapshots.LabelSnapshotRef] = chainID
+	labels[snapshots.LabelSnapshotDiffID] = diffID.String()
+	opts := []snapshots.Opt{snapshots.WithLabels(labels)}
+	key := fmt.Sprintf(snapshots.UnpackKeyFormat, uniquePart(), chainID)
+	mounts, err := u.sn.Prepare(ctx, key, parent, opts...)
+	if err != nil {
+		return false, fmt.Errorf("prepare snapshot: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			if err := u.sn.Remove(context.WithoutCancel(ctx), key); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).WithField("key", key).Warn("remove extraction snapshot")
+			}
+		}
+	}()
+	r, err := open()
+	if err != nil {
+		return false, err
+	}
+	got, err := applyStream(ctx, mounts, r)
+	if err != nil {
+		return true, err
+	}
+	if got != diffID {
+		return true, fmt.Errorf("uncompressed digest %s, the config says %s: %w", got, diffID, errdefs.ErrFailedPrecondition)
+	}
+	if err := u.sn.Commit(ctx, chainID, key, opts...); err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return true, nil // made meanwhile by another pull; ours is removed
+		}
+		return true, fmt.Errorf("commit snapshot: %w", err)
+	}
+	committed = true
+	return true, nil
+}
+
+// applyStream decompresses a layer blob read from r into mounts and returns the
+// digest of the uncompressed tar (the diff id). r must end in an error, not EOF,
+// when the blob does not match its descriptor (see verifying): applyStream reads it
+// to the end. Until the caller commits the snapshot, a bad blob leaves nothing behind.
+func applyStream(ctx context.Context, mounts []mount.Mount, r io.Reader) (digest.Digest, error) {
+	// A blob that is not what the manifest names fails as such, even where it
+	// breaks decompression first.
+	verified := func(err error) error {
+		if _, verr := io.Copy(io.Discard, r); verr != nil {
+			return verr
+		}
+		return err
+	}
+	ds, err := compression.DecompressStream(r)
+	if err != nil {
+		return "", verified(fmt.Errorf("decompress: %w", err))
+	}
+	defer ds.Close()
+	diff := digest.Canonical.Digester()
+	tr := io.TeeReader(ds, diff.Hash())
+	if err := apply(ctx, mounts, tr); err != nil {
+		return "", verified(fmt.Errorf("apply: %w", err))
+	}
+	// The tar reader stops at the end-of-archive marker: the rest (padding) counts
+	// toward both digests.
+	if _, err := io.Copy(io.Discard, tr); err != nil {
+		return "", verified(fmt.Errorf("decompress: %w", err))
+	}
+	if err := verified(nil); err != nil {
+		return "", err
+	}
+	return diff.Digest(), nil
+}
+
+// verifying reads a blob, failing at its end (instead of io.EOF) unless it had
+// exactly the descriptor's size and digest.
+type verifying struct {
+	r        io.Reader
+	desc     ocispec.Descriptor
+	verifier digest.Verifier
+	n        int64
+}
+
+func newVerifying(r io.Reader, desc ocispec.Descriptor) *verifying {
+	return &verifying{r: io.LimitReader(r, desc.Size+1), desc: desc, verifier: desc.Digest.Verifier()}
+}
+
+func (v *verifying) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	v.n += int64(n)
+	_, _ = v.verifier.Write(p[:n])
+	if v.n > v.desc.Size {
+		return n, fmt.Errorf("more than the %d bytes the manifest says: %w", v.desc.Size, errdefs.ErrFailedPrecondition)
+	}
+	if err == io.EOF {
+		if v.n != v.desc.Size {
+			return n, fmt.Errorf("got %d bytes, the manifest says %d: %w", v.n, v.desc.Size, errdefs.ErrFailedPrecondition)
+		}
+		if !v.verifier.Verified() {
+			return n, fmt.Errorf("content does not match digest %s: %w", v.desc.Digest, errdefs.ErrFailedPrecondition)
+		}
+	}
+	return n, err
+}
+
+// apply writes a tar stream into a prepared snapshot. Overlay and a plain bind of a
+// directory are written in place, as containerd's own applier does; anything else is
+// mounted on a temporary directory first.
+func apply(ctx context.Context, mounts []mount.Mount, r io.Reader) error {
+	if len(mounts) == 1 {
+		m := mounts[0]
+		switch m.Type {
+		case "overlay":
+			if upper, lower, ok := overlayDirs(m.Options); ok {
+				opts := []archive.ApplyOpt{archive.WithConvertWhiteout(archive.OverlayConvertWhiteout)}
+				if len(lower) > 0 {
+					opts = append(opts, archive.WithParents(lower))
+				}
+				_, err := archive.Apply(ctx, upper, r, opts...)
+				return err
+			}
+		case "bind":
+			if !readOnly(m.Options) {
+				_, err := archive.Apply(ctx, m.Source, r)
+				return err
+			}
+		}
+	}
+	return mount.WithTempMount(ctx, mounts, func(root string) error {
+		_, err := archive.Apply(ctx, root, r)
+		return err
+	})
+}
+
+func overlayDirs(options []string) (upper string, lower []string, ok bool) {
+	for _, o := range options {
+		if v, found := strings.CutPrefix(o, "upperdir="); found {
+			upper = v
+		} else if v, found := strings.CutPrefix(o, "lowerdir="); found {
+			lower = strings.Split(v, ":")
+		}
+	}
+	return upper, lower, upper != ""
+}
+
+func readOnly(options []string) bool {
+	for _, o := range options {
+		if o == "ro" {
+			return true
+		}
+	}
+	return false
+}
+
+func uniquePart() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%d-%s", time.Now().Nanosecond(), base64.RawURLEncoding.EncodeToString(b[:]))
+}
+
+// keyedMutex serialises work on one key (a snapshot chain id), so that concurrent
+// pulls of images sharing a layer download it once.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+const (
+	prefetchLayers = 2  // layers downloaded ahead of the one being applied
+	prefetchChunks = 64 // of chunkSize: at most 16 MiB buffered per layer
+	chunkSize      = 256 << 10
+)
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+
+// chunkPipe is an in-memory pipe holding up to depth chunks, so that its writer can
+// run ahead of its reader.
+type chunkPipe struct {
+	ch     chan []byte
+	cur    []byte // unread part of buf
+	buf    []byte // a chunk from chunkPool, returned when read
+	done   chan struct{} // closed by CloseRead: the writer stops
+	once   sync.Once
+	errMu  sync.Mutex
+	werr   error
+	closed bool
+}
+
+func newChunkPipe(depth int) *chunkPipe {
+	return &chunkPipe{ch: make(chan []byte, depth), done: make(chan struct{})}
+}
+
+// ReadFrom reads r in large chunks.
+func (p *chunkPipe) ReadFrom(r io.Reader) (int64, error) {
+	var n int64
+	for {
+		buf := chunkPool.Get().(*[]byte)
+		m, err := io.ReadFull(r, *buf)
+		if m > 0 {
+			select {
+			case p.ch <- (*buf)[:m]:
+				n += int64(m)
+			case <-p.done:
+				chunkPool.Put(buf)
+				return n, io.ErrClosedPipe
+			}
+		} else {
+			chunkPool.Put(buf)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// CloseWithError ends the stream; the reader gets err (or EOF) after the data.
+func (p *chunkPipe) CloseWithError(err error) {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed, p.werr = true, err
+	close(p.ch)
+}
+
+// CloseRead tells the writer to stop.
+func (p *chunkPipe) CloseRead() { p.once.Do(func() { close(p.done) }) }
+
+func (p *chunkPipe) Read(b []byte) (int, error) {
+	for len(p.cur) == 0 {
+		if p.buf != nil {
+			full := p.buf[:cap(p.buf)]
+			p.buf = nil
+			chunkPool.Put(&full)
+		}
+		c, ok := <-p.ch
+		if !ok {
+			p.errMu.Lock()
+			err := p.werr
+			p.errMu.Unlock()
+			if err == nil {
+				err = io.EOF
+			}
+			return 0, err
+		}
+		p.cur, p.buf = c, c
+	}
+	n := copy(b, p.cur)
+	p.cur = p.cur[n:]
+	return n, nil
+}
+
+var errNoManifest = errors.New("no manifest for this platform was unpacked")
