@@ -433,8 +433,8 @@ var chunkPool = sync.Pool{New: func() any { b := make([]byte, chunkSize); return
 // run ahead of its reader.
 type chunkPipe struct {
 	ch     chan []byte
-	cur    []byte // unread part of buf
-	buf    []byte // a chunk from chunkPool, returned when read
+	cur    []byte        // unread part of buf
+	buf    []byte        // a chunk from chunkPool, returned when read
 	done   chan struct{} // closed by CloseRead: the writer stops
 	once   sync.Once
 	errMu  sync.Mutex
