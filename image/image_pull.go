@@ -88,6 +88,11 @@ func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *r
 		}
 	}()
 
+	ctx, done, err := WithLease(ctx, s.opts.Client, "pull")
+	if err != nil {
+		return "", fmt.Errorf("lease: %w", err)
+	}
+	defer done(context.WithoutCancel(ctx)) //nolint:errcheck // recovery deletes it otherwise
 	resolver := s.resolver(ctx, ref, auth, p)
 	u := &streamUnpacker{
 		snapshotter: snapshotter,

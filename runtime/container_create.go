@@ -80,7 +80,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, rt sandbox.Runtime) (retErr error) {
 	// A lease keeps the writable layer from containerd's garbage collector until the
 	// container record references it.
-	ctx, done, err := s.opts.Client.WithLease(ctx)
+	ctx, done, err := image.WithLease(ctx, s.opts.Client, "container")
 	if err != nil {
 		return fmt.Errorf("lease: %w", err)
 	}

@@ -135,7 +135,7 @@ func run(cfg Config) error {
 	var ready atomic.Bool
 	srv := newGRPCServer(&ready, w.runtime, w.images)
 
-	go recoverUntilDone(ctx, &ready, w.sandboxes.Recover, w.runtime.Recover)
+	go recoverUntilDone(ctx, &ready, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover)
 	go w.sandboxes.Monitor(ctx)
 	log.G(ctx).WithField("socket", cfg.Socket).WithField("version", version).Info("shimd serving")
 	return serveUntil(ctx, srv, l, 30*time.Second)

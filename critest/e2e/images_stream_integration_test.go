@@ -36,10 +36,11 @@ type blobRegistry struct {
 	srv       *httptest.Server
 	manifests map[string][]byte        // by tag
 	blobs     map[digest.Digest][]byte // what is served for a digest
+	slow      map[digest.Digest]bool   // served at 4 KiB per 100 ms
 }
 
 func newBlobRegistry(t *testing.T) *blobRegistry {
-	r := &blobRegistry{manifests: map[string][]byte{}, blobs: map[digest.Digest][]byte{}}
+	r := &blobRegistry{manifests: map[string][]byte{}, blobs: map[digest.Digest][]byte{}, slow: map[digest.Digest]bool{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p := req.URL.Path
 		switch {
@@ -70,8 +71,21 @@ func newBlobRegistry(t *testing.T) *blobRegistry {
 				return
 			}
 			w.Header().Set("Content-Length", fmt.Sprint(len(b)))
-			if req.Method != http.MethodHead {
+			if req.Method == http.MethodHead {
+				return
+			}
+			if !r.slow[digest.Digest(p[strings.LastIndex(p, "/")+1:])] {
 				w.Write(b)
+				return
+			}
+			for len(b) > 0 && req.Context().Err() == nil {
+				n := min(4096, len(b))
+				if _, err := w.Write(b[:n]); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				b = b[n:]
+				time.Sleep(100 * time.Millisecond)
 			}
 		default:
 			http.NotFound(w, req)
@@ -197,5 +211,65 @@ func TestPullVerifiesStreamedLayers(t *testing.T) {
 		return nil
 	})
 	require.True(t, found, "the layer's file is not in the snapshot")
+	removeImage(t, is, ref)
+}
+
+// shimd killed with -9 in the middle of a pull leaves an extraction snapshot and a
+// lease in containerd; the restarted shimd removes both before it serves, and the
+// image pulls again.
+func TestKill9DuringPullLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	const host = "slow.test"
+	reg := newBlobRegistry(t)
+	var data strings.Builder
+	for i := 0; data.Len() < 256<<10; i++ {
+		fmt.Fprintf(&data, "line %d of a layer served slowly, %x\n", i, i*7919) // gzip keeps ~30%
+	}
+	layer := reg.image(t, "v1", "slow", data.String(), "")
+	reg.slow[layer] = true
+	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{
+		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
+	}})
+	cl := env.Containerd.Client(t)
+	ctx := namespaces.WithNamespace(ctxT(t, 2*time.Minute), "shimd")
+	snapshotNames := func() []string {
+		var names []string
+		require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
+			names = append(names, i.Name)
+			return nil
+		}))
+		return names
+	}
+
+	ref := host + "/repo/img:v1"
+	is := env.Shimd.Images(t)
+	go func() {
+		_, _ = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	}()
+	require.Eventually(t, func() bool {
+		for _, n := range snapshotNames() {
+			if strings.HasPrefix(n, "extract-") {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "the pull never started extracting")
+	ls, err := cl.LeasesService().List(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, ls, "the pull holds no lease")
+
+	env.Shimd.Kill9()
+	env.Shimd.Start(t)
+	waitReady(t, env.Shimd.Runtime(t))
+	require.Empty(t, snapshotNames(), "snapshots of the interrupted pull")
+	ls, err = cl.LeasesService().List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ls, "leases of the interrupted pull")
+
+	reg.slow[layer] = false
+	is = env.Shimd.Images(t)
+	_, err = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	require.NoError(t, err)
+	require.Len(t, snapshotNames(), 1)
 	removeImage(t, is, ref)
 }

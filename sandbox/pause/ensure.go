@@ -5,14 +5,14 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+
+	"github.com/shimd/shimd/image"
 )
 
 // Labels on the manifest blob that tell containerd's garbage collector the
@@ -77,7 +77,7 @@ func check(ctx context.Context, c *client.Client, snapshotter string, want Image
 func importImage(ctx context.Context, c *client.Client, snapshotter string, want Image) (client.Image, error) {
 	// The lease holds the blobs and snapshots until the image record and the
 	// unpack's snapshot label on the config take over.
-	ctx, done, err := c.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+	ctx, done, err := image.WithLease(ctx, c, "pause-import")
 	if err != nil {
 		return nil, fmt.Errorf("create lease: %w", err)
 	}
