@@ -145,17 +145,7 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 		}
 		p := newChunkPipe(prefetchChunks)
 		pipes[j] = p
-		go func(desc ocispec.Descriptor) {
-			rc, err := fetcher.Fetch(ctx, desc)
-			if err != nil {
-				p.CloseWithError(fmt.Errorf("fetch: %w", err))
-				return
-			}
-			defer rc.Close()
-			// Checked here, on the downloading core, not on the applying one.
-			_, err = p.ReadFrom(newVerifying(rc, desc))
-			p.CloseWithError(err)
-		}(layers[j])
+		go download(ctx, fetcher, layers[j], p)
 	}
 	fetched := 0
 	for i, l := range layers {
@@ -177,7 +167,7 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 		if i > 0 {
 			parent = chain[i-1].String()
 		}
-		ok, err := u.layer(ctx, l, diffIDs[i], chain[i].String(), parent, func() (io.Reader, error) {
+		ok, err := u.layer(ctx, l, diffIDs[i], chain[i].String(), parent, func() (*chunkPipe, error) {
 			if pipes[i] == nil { // unpacked when checked, removed since
 				if fetcher == nil {
 					f, err := u.fetcher(ctx)
@@ -216,7 +206,7 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 
 // layer makes the snapshot chainID from one layer unless it exists; it reports
 // whether it downloaded the layer.
-func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, diffID digest.Digest, chainID, parent string, open func() (io.Reader, error)) (bool, error) {
+func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, diffID digest.Digest, chainID, parent string, open func() (*chunkPipe, error)) (bool, error) {
 	unlock := u.locks.lock(u.snapshotter + "/" + chainID)
 	defer unlock()
 	if _, err := u.sn.Stat(ctx, chainID); err == nil {
@@ -265,38 +255,63 @@ func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, dif
 	return true, nil
 }
 
-// applyStream decompresses a layer blob read from r into mounts and returns the
-// digest of the uncompressed tar (the diff id). r must end in an error, not EOF,
-// when the blob does not match its descriptor (see verifying): applyStream reads it
-// to the end. Until the caller commits the snapshot, a bad blob leaves nothing behind.
-func applyStream(ctx context.Context, mounts []mount.Mount, r io.Reader) (digest.Digest, error) {
-	// A blob that is not what the manifest names fails as such, even where it
-	// breaks decompression first.
+// download fetches a layer blob, checks its size and digest, decompresses it and
+// writes the tar stream into p, recording its digest (the diff id) in p. It runs on
+// its own goroutine, so that reading, checking and decompressing use one core while
+// applyStream writes files on another. A blob that is not what the manifest names
+// fails as such, even where it breaks decompression first.
+func download(ctx context.Context, fetcher remotes.Fetcher, desc ocispec.Descriptor, p *chunkPipe) {
+	rc, err := fetcher.Fetch(ctx, desc)
+	if err != nil {
+		p.CloseWithError(fmt.Errorf("fetch: %w", err))
+		return
+	}
+	defer rc.Close()
+	v := newVerifying(rc, desc)
 	verified := func(err error) error {
-		if _, verr := io.Copy(io.Discard, r); verr != nil {
+		if _, verr := io.Copy(io.Discard, v); verr != nil {
 			return verr
 		}
 		return err
 	}
-	ds, err := compression.DecompressStream(r)
+	ds, err := compression.DecompressStream(v)
 	if err != nil {
-		return "", verified(fmt.Errorf("decompress: %w", err))
+		p.CloseWithError(verified(fmt.Errorf("decompress: %w", err)))
+		return
 	}
 	defer ds.Close()
 	diff := digest.Canonical.Digester()
-	tr := io.TeeReader(ds, diff.Hash())
-	if err := apply(ctx, mounts, tr); err != nil {
-		return "", verified(fmt.Errorf("apply: %w", err))
+	if _, err := p.ReadFrom(io.TeeReader(ds, diff.Hash())); err != nil {
+		if errors.Is(err, io.ErrClosedPipe) {
+			p.CloseWithError(err) // the reader gave up
+			return
+		}
+		p.CloseWithError(verified(fmt.Errorf("decompress: %w", err)))
+		return
 	}
-	// The tar reader stops at the end-of-archive marker: the rest (padding) counts
-	// toward both digests.
-	if _, err := io.Copy(io.Discard, tr); err != nil {
-		return "", verified(fmt.Errorf("decompress: %w", err))
-	}
+	// Whatever follows the compressed stream still counts toward the blob's digest.
 	if err := verified(nil); err != nil {
+		p.CloseWithError(err)
+		return
+	}
+	p.diffID = diff.Digest()
+	p.CloseWithError(nil)
+}
+
+// applyStream applies the tar stream download writes into p to mounts, and returns
+// its diff id once download has checked the blob. Until the caller commits the
+// snapshot, a bad blob leaves nothing behind.
+func applyStream(ctx context.Context, mounts []mount.Mount, p *chunkPipe) (digest.Digest, error) {
+	if err := apply(ctx, mounts, p); err != nil {
+		// A failed download shows here too: apply read its error.
+		return "", fmt.Errorf("apply: %w", err)
+	}
+	// The tar reader stops at the end-of-archive marker: read the rest, so that
+	// download's checks (and errors) come in.
+	if _, err := io.Copy(io.Discard, p); err != nil {
 		return "", err
 	}
-	return diff.Digest(), nil
+	return p.diffID, nil
 }
 
 // verifying reads a blob, failing at its end (instead of io.EOF) unless it had
@@ -440,6 +455,7 @@ type chunkPipe struct {
 	errMu  sync.Mutex
 	werr   error
 	closed bool
+	diffID digest.Digest // set by download before it closes the pipe without error
 }
 
 func newChunkPipe(depth int) *chunkPipe {

@@ -1,11 +1,19 @@
 package image
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/mount"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -90,5 +98,64 @@ func TestOverlayDirs(t *testing.T) {
 	}
 	if _, _, ok := overlayDirs([]string{"lowerdir=/a:/b"}); ok {
 		t.Fatal("a read-only overlay (no upperdir) must not be written in place")
+	}
+}
+
+type blobFetcher map[digest.Digest][]byte
+
+func (f blobFetcher) Fetch(_ context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
+	b, ok := f[desc.Digest]
+	if !ok {
+		return nil, errdefs.ErrNotFound
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// layerBlob is a gzipped tar of one file owned by the caller, so that applying it
+// needs no root.
+func layerBlob(t *testing.T, name, data string) (blob []byte, diffID digest.Digest) {
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg,
+		Uid: os.Getuid(), Gid: os.Getgid(), ModTime: time.Unix(1700000000, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(data))
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tb.Bytes())
+	zw.Close()
+	return gz.Bytes(), digest.FromBytes(tb.Bytes())
+}
+
+func TestDownloadApply(t *testing.T) {
+	blob, diffID := layerBlob(t, "hello", strings.Repeat("hello layer\n", 50_000)) // several chunks
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(blob), Size: int64(len(blob))}
+	run := func(served []byte) (string, digest.Digest, error) {
+		dir := t.TempDir()
+		p := newChunkPipe(2)
+		go download(context.Background(), blobFetcher{desc.Digest: served}, desc, p)
+		got, err := applyStream(context.Background(), []mount.Mount{{Type: "bind", Source: dir, Options: []string{"rbind", "rw"}}}, p)
+		p.CloseRead()
+		return dir, got, err
+	}
+
+	dir, got, err := run(blob)
+	if err != nil || got != diffID {
+		t.Fatalf("good blob: diff id %s, err %v; want %s", got, err, diffID)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "hello")); err != nil || len(b) != 12*50_000 {
+		t.Fatalf("applied file: %d bytes, %v", len(b), err)
+	}
+
+	// Other bytes that still decompress (the gzip header's time) and bytes that do
+	// not (the trailer) both fail as a digest mismatch.
+	for _, at := range []int{4, len(blob) - 3} {
+		bad := append([]byte(nil), blob...)
+		bad[at] ^= 0xff
+		if _, _, err := run(bad); err == nil || !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "does not match digest") {
+			t.Errorf("byte %d changed: err %v, want a digest mismatch", at, err)
+		}
 	}
 }
