@@ -108,7 +108,7 @@ func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *r
 		client.WithMaxConcurrentDownloads(8),
 	)
 	if err == nil && !u.unpacked() {
-		err = fmt.Errorf("%w: %w", errNoManifest, errdefs.ErrNotFound)
+		err = fmt.Errorf("%w: %w", errNoManifest, errdefs.ErrFailedPrecondition)
 	}
 	if err != nil {
 		if errors.Is(context.Cause(ctx), stalled) {

@@ -59,19 +59,22 @@ func (u *streamUnpacker) wrap(h images.Handler) images.Handler {
 		if err != nil {
 			return children, err
 		}
-		switch {
-		case images.IsManifestType(desc.MediaType):
-			var cfg digest.Digest
-			var layers []ocispec.Descriptor
+		if images.IsManifestType(desc.MediaType) {
+			raw, err := content.ReadBlob(ctx, u.cs, desc)
+			if err != nil {
+				return nil, err
+			}
+			var m ocispec.Manifest
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return nil, fmt.Errorf("manifest %s: %w", desc.Digest, err)
+			}
+			isLayer := map[digest.Digest]bool{}
+			for _, l := range m.Layers {
+				isLayer[l.Digest] = true
+			}
 			kept := children[:0:0]
 			for _, c := range children {
-				switch {
-				case images.IsLayerType(c.MediaType):
-					layers = append(layers, c)
-				default:
-					if images.IsConfigType(c.MediaType) {
-						cfg = c.Digest
-					}
+				if !isLayer[c.Digest] || c.Digest == m.Config.Digest {
 					kept = append(kept, c)
 				}
 			}
@@ -79,16 +82,16 @@ func (u *streamUnpacker) wrap(h images.Handler) images.Handler {
 			if u.layers == nil {
 				u.layers = map[digest.Digest][]ocispec.Descriptor{}
 			}
-			u.layers[cfg] = layers
+			u.layers[m.Config.Digest] = m.Layers
 			u.mu.Unlock()
 			return kept, nil
-		case images.IsConfigType(desc.MediaType):
-			u.mu.Lock()
-			layers, ok := u.layers[desc.Digest]
-			u.mu.Unlock()
-			if !ok {
-				return children, nil
-			}
+		}
+		// The config of a manifest seen above, whatever its media type (old
+		// images have application/octet-stream).
+		u.mu.Lock()
+		layers, ok := u.layers[desc.Digest]
+		u.mu.Unlock()
+		if ok {
 			if err := u.unpack(ctx, desc, layers); err != nil {
 				return nil, err
 			}
@@ -526,4 +529,4 @@ func (p *chunkPipe) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-var errNoManifest = errors.New("no manifest for this platform was unpacked")
+var errNoManifest = errors.New("the image has no manifest for this platform with a config and layers to unpack")
