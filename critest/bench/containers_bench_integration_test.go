@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
@@ -132,4 +133,70 @@ func (tg *target) containerRound(b *testing.B, round int, podID string, pod *run
 		_, err := tg.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
 		return err
 	})
+}
+
+// BenchmarkPodStart times what a kubelet waits for to start a one-container pod:
+// RunPodSandbox, CreateContainer and StartContainer back to back, with the
+// namespace options the kubelet sends for a pod that does not share its process
+// namespace. The total is the pod-start latency; teardown is not timed.
+func BenchmarkPodStart(b *testing.B) {
+	p := newPair(b)
+	for _, tg := range []*target{p.shimd, p.cd} {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, tg.name)
+	}
+	for round := -warmup; round < rounds; round++ {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			tg.podStart(b, round)
+		}
+	}
+	report(b, fmt.Sprintf("pod start (busybox, one container): %d rounds per runtime after %d warm-up, interleaved", rounds, warmup),
+		[]string{"RunPodSandbox", "CreateContainer", "StartContainer", "PodStart"}, p.shimd, p.cd)
+}
+
+func (tg *target) podStart(b *testing.B, round int) {
+	name := fmt.Sprintf("start-%s-%d", tg.name, round+warmup)
+	pod := &runtimeapi.PodSandboxConfig{
+		Metadata:  &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "bench", Uid: fmt.Sprintf("%s-%d-%d", name, os.Getpid(), time.Now().UnixNano())},
+		Hostname:  name,
+		DnsConfig: &runtimeapi.DNSConfig{Servers: []string{"198.18.255.53"}},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD},
+		}},
+	}
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
+		Image:    &runtimeapi.ImageSpec{Image: benchBusybox},
+		Command:  []string{"sleep", "3600"},
+		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: pod.Linux.SecurityContext.NamespaceOptions,
+		}},
+	}
+	var podID, id string
+	start := time.Now()
+	tg.timed(b, round, "RunPodSandbox", func(ctx context.Context) error {
+		resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod})
+		podID = resp.GetPodSandboxId()
+		return err
+	})
+	tg.timed(b, round, "CreateContainer", func(ctx context.Context) error {
+		resp, err := tg.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: cfg, SandboxConfig: pod})
+		id = resp.GetContainerId()
+		return err
+	})
+	tg.timed(b, round, "StartContainer", func(ctx context.Context) error {
+		_, err := tg.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+		return err
+	})
+	if round >= 0 {
+		tg.samples["PodStart"] = append(tg.samples["PodStart"], time.Since(start))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	_, err := tg.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID})
+	require.NoError(b, err, tg.name)
+	_, err = tg.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: podID})
+	require.NoError(b, err, tg.name)
 }
