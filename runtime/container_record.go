@@ -48,6 +48,9 @@ type containerRecord struct {
 	Snapshotter string          `json:"snapshotter"`
 	StopSignal  string          `json:"stop_signal,omitempty"`
 	User        spec.User       `json:"user"`
+	// Resources are the limits of the last UpdateContainerResources (protojson of
+	// LinuxContainerResources); absent: the config's.
+	Resources json.RawMessage `json:"resources,omitempty"`
 }
 
 func withContainerRecord(c *Container, imageTarget string) client.NewContainerOpts {
@@ -96,11 +99,42 @@ func decodeContainerRecord(rec containers.Container) (*Container, error) {
 	if err := protojson.Unmarshal(r.Config, cfg); err != nil {
 		return nil, fmt.Errorf("decode container config %s: %w", rec.ID, err)
 	}
-	return &Container{
+	c := &Container{
 		ID: rec.ID, Name: r.Name, SandboxID: r.SandboxID, Config: cfg, ImageID: r.ImageID,
 		ImageName: r.ImageName, ImageRef: r.ImageRef, LogPath: r.LogPath, CreatedAt: r.CreatedAt,
 		Snapshotter: r.Snapshotter, StopSignal: r.StopSignal, User: r.User, exited: make(chan struct{}),
-	}, nil
+	}
+	if len(r.Resources) > 0 {
+		res := &runtimeapi.LinuxContainerResources{}
+		if err := protojson.Unmarshal(r.Resources, res); err != nil {
+			return nil, fmt.Errorf("decode container resources %s: %w", rec.ID, err)
+		}
+		c.resources = res
+	}
+	return c, nil
+}
+
+// recordResources writes res into the record as the container's current limits.
+func recordResources(rec *containers.Container, res *runtimeapi.LinuxContainerResources) error {
+	ext, ok := rec.Extensions[containerExtension]
+	if !ok {
+		return fmt.Errorf("container %s has no %s extension", rec.ID, containerExtension)
+	}
+	var r map[string]json.RawMessage // keeps fields this version does not know
+	if err := json.Unmarshal(ext.GetValue(), &r); err != nil {
+		return fmt.Errorf("decode container record %s: %w", rec.ID, err)
+	}
+	raw, err := protojson.Marshal(res)
+	if err != nil {
+		return err
+	}
+	r["resources"] = raw
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	rec.Extensions[containerExtension] = &anypb.Any{TypeUrl: containerExtTypeURL, Value: data}
+	return nil
 }
 
 func (s *Service) containerDir(id string) string {

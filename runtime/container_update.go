@@ -36,7 +36,10 @@ func (s *Service) UpdateContainerResources(ctx context.Context, req *runtimeapi.
 		return nil, err
 	}
 	if err := cc.Update(ctx, func(ctx context.Context, _ *client.Client, rec *containers.Container) error {
-		return spec.UpdateResources(rec, linux)
+		if err := spec.UpdateResources(rec, linux); err != nil {
+			return err
+		}
+		return recordResources(rec, res)
 	}); err != nil {
 		return nil, fmt.Errorf("record resources of %s: %w", c.ID, err)
 	}

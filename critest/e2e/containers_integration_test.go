@@ -306,3 +306,49 @@ func TestKill9ShimdWithContainers(t *testing.T) {
 	waitLog(t, path, "line"+strconv.Itoa(n+5)+"\n")
 	stopRemove(t, rs, pod.id)
 }
+
+// UpdateContainerResources changes a running container's cgroup limits, and
+// ContainerStatus reports the new limits, also after shimd is killed and restarted
+// (the kubelet checks them to see an in-place resize through).
+func TestUpdateContainerResourcesSurvivesRestart(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "resize")
+	cfg := pod.container("app", "sleep", "3600")
+	cfg.Linux = &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
+		CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512, MemoryLimitInBytes: 128 << 20,
+	}}
+	id := pod.run(cfg)
+	want := &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 20000, CpuShares: 256, MemoryLimitInBytes: 64 << 20}
+	_, err := rs.UpdateContainerResources(ctxT(t, time.Minute), &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: want})
+	require.NoError(t, err)
+
+	check := func(when string) {
+		// The cgroup inside the container (v1 here; v2 where the host has it).
+		out, err := execSync(t, rs, id, 10, "sh", "-c",
+			"cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares 2>/dev/null || "+
+				"cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/cpu.max")
+		require.NoError(t, err, when)
+		got := strings.Fields(string(out.Stdout))
+		if len(got) == 3 && got[0] == strconv.Itoa(64<<20) {
+			require.Equal(t, []string{strconv.Itoa(64 << 20), "20000", "256"}, got, when)
+		} else {
+			require.Equal(t, []string{strconv.Itoa(64 << 20), "20000", "100000"}, got, when)
+		}
+		res := containerStatus(t, rs, id).GetResources().GetLinux()
+		require.NotNil(t, res, when)
+		require.Equal(t, want.MemoryLimitInBytes, res.MemoryLimitInBytes, when)
+		require.Equal(t, want.CpuQuota, res.CpuQuota, when)
+		require.Equal(t, want.CpuShares, res.CpuShares, when)
+	}
+	check("after the update")
+
+	env.Shimd.Kill9()
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+	check("after kill -9 and restart")
+	stopRemove(t, rs, pod.id)
+}
