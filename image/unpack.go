@@ -441,7 +441,7 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 
 const (
 	prefetchLayers = 2  // layers downloaded ahead of the one being applied
-	prefetchChunks = 64 // of chunkSize: at most 16 MiB buffered per layer
+	prefetchChunks = 32 // of chunkSize: at most 8 MiB buffered per layer
 	chunkSize      = 256 << 10
 )
 
