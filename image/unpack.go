@@ -127,71 +127,93 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 	chain := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
 
 	// Layers are applied in order, each on its parent; the downloads of the next
-	// ones run ahead into memory while one is applied.
+	// ones run ahead into memory while one is applied. A pull claims a chain id (a
+	// layer on its parents) before it downloads it; a chain another pull has
+	// claimed is waited for, not downloaded twice.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var fetcher remotes.Fetcher
 	pipes := make([]*chunkPipe, len(layers))
+	claims := make([]func(), len(layers)) // unlock of each claimed chain id
 	defer func() {
-		for _, p := range pipes {
-			if p != nil {
-				p.CloseRead()
+		for i := range layers {
+			if pipes[i] != nil {
+				pipes[i].CloseRead()
+			}
+			if claims[i] != nil {
+				claims[i]()
 			}
 		}
 	}()
-	prefetch := func(j int) {
-		if j >= len(layers) || pipes[j] != nil {
-			return
+	key := func(j int) string { return u.snapshotter + "/" + chain[j].String() }
+	exists := func(j int) bool {
+		_, err := u.sn.Stat(ctx, chain[j].String())
+		return err == nil
+	}
+	getFetcher := func() error {
+		if fetcher != nil {
+			return nil
 		}
-		if _, err := u.sn.Stat(ctx, chain[j].String()); err == nil {
-			return // already unpacked: not downloaded
+		f, err := u.fetcher(ctx)
+		fetcher = f
+		return err
+	}
+	// prefetch starts downloading layer j if no other pull has claimed it and it is
+	// not unpacked.
+	prefetch := func(j int) error {
+		if j >= len(layers) || claims[j] != nil {
+			return nil
 		}
-		p := newChunkPipe(prefetchChunks)
-		pipes[j] = p
-		go download(ctx, fetcher, layers[j], p)
+		unlock, ok := u.locks.tryLock(key(j))
+		if !ok {
+			return nil
+		}
+		if exists(j) {
+			unlock()
+			return nil
+		}
+		if err := getFetcher(); err != nil {
+			unlock()
+			return err
+		}
+		claims[j] = unlock
+		pipes[j] = newChunkPipe(prefetchChunks)
+		go download(ctx, fetcher, layers[j], pipes[j])
+		return nil
 	}
 	fetched := 0
 	for i, l := range layers {
-		if fetcher == nil {
-			if _, err := u.sn.Stat(ctx, chain[i].String()); err != nil {
-				f, err := u.fetcher(ctx)
-				if err != nil {
+		for j := i; j <= i+prefetchLayers; j++ {
+			if err := prefetch(j); err != nil {
+				return err
+			}
+		}
+		if claims[i] == nil {
+			// Another pull has it, or it is unpacked: wait for that pull, then
+			// look again (it may have failed).
+			claims[i] = u.locks.lock(key(i))
+			if !exists(i) {
+				if err := getFetcher(); err != nil {
 					return err
 				}
-				fetcher = f
+				pipes[i] = newChunkPipe(prefetchChunks)
+				go download(ctx, fetcher, layers[i], pipes[i])
 			}
 		}
-		if fetcher != nil {
-			for j := i; j <= i+prefetchLayers; j++ {
-				prefetch(j)
-			}
-		}
-		parent := ""
-		if i > 0 {
-			parent = chain[i-1].String()
-		}
-		ok, err := u.layer(ctx, l, diffIDs[i], chain[i].String(), parent, func() (*chunkPipe, error) {
-			if pipes[i] == nil { // unpacked when checked, removed since
-				if fetcher == nil {
-					f, err := u.fetcher(ctx)
-					if err != nil {
-						return nil, err
-					}
-					fetcher = f
-				}
-				prefetch(i)
-			}
-			return pipes[i], nil
-		})
 		if pipes[i] != nil {
+			parent := ""
+			if i > 0 {
+				parent = chain[i-1].String()
+			}
+			err := u.layer(ctx, l, diffIDs[i], chain[i].String(), parent, pipes[i])
 			pipes[i].CloseRead()
-		}
-		if err != nil {
-			return fmt.Errorf("layer %d (%s): %w", i, l.Digest, err)
-		}
-		if ok {
+			if err != nil {
+				return fmt.Errorf("layer %d (%s): %w", i, l.Digest, err)
+			}
 			fetched++
 		}
+		claims[i]()
+		claims[i] = nil
 	}
 	// The config holds the unpacked chain against garbage collection, as
 	// containerd's own unpacker labels it.
@@ -207,16 +229,9 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 	return nil
 }
 
-// layer makes the snapshot chainID from one layer unless it exists; it reports
-// whether it downloaded the layer.
-func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, diffID digest.Digest, chainID, parent string, open func() (*chunkPipe, error)) (bool, error) {
-	unlock := u.locks.lock(u.snapshotter + "/" + chainID)
-	defer unlock()
-	if _, err := u.sn.Stat(ctx, chainID); err == nil {
-		return false, nil
-	} else if !errdefs.IsNotFound(err) {
-		return false, err
-	}
+// layer makes the snapshot chainID from one layer, read from p. The caller holds
+// the claim on chainID and has seen that it does not exist.
+func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, diffID digest.Digest, chainID, parent string, p *chunkPipe) error {
 	labels := snapshots.FilterInheritedLabels(desc.Annotations)
 	if labels == nil {
 		labels = map[string]string{}
@@ -227,7 +242,7 @@ func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, dif
 	key := fmt.Sprintf(snapshots.UnpackKeyFormat, uniquePart(), chainID)
 	mounts, err := u.sn.Prepare(ctx, key, parent, opts...)
 	if err != nil {
-		return false, fmt.Errorf("prepare snapshot: %w", err)
+		return fmt.Errorf("prepare snapshot: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -237,25 +252,21 @@ func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, dif
 			}
 		}
 	}()
-	r, err := open()
+	got, err := applyStream(ctx, mounts, p)
 	if err != nil {
-		return false, err
-	}
-	got, err := applyStream(ctx, mounts, r)
-	if err != nil {
-		return true, err
+		return err
 	}
 	if got != diffID {
-		return true, fmt.Errorf("uncompressed digest %s, the config says %s: %w", got, diffID, errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("uncompressed digest %s, the config says %s: %w", got, diffID, errdefs.ErrFailedPrecondition)
 	}
 	if err := u.sn.Commit(ctx, chainID, key, opts...); err != nil {
 		if errdefs.IsAlreadyExists(err) {
-			return true, nil // made meanwhile by another pull; ours is removed
+			return nil // made meanwhile by another process; ours is removed
 		}
-		return true, fmt.Errorf("commit snapshot: %w", err)
+		return fmt.Errorf("commit snapshot: %w", err)
 	}
 	committed = true
-	return true, nil
+	return nil
 }
 
 // download fetches a layer blob, checks its size and digest, decompresses it and
@@ -415,6 +426,34 @@ type keyedEntry struct {
 	refs int
 }
 
+// tryLock takes key's lock if it is free.
+func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	if k.locks[key] != nil {
+		return nil, false
+	}
+	e := &keyedEntry{refs: 1}
+	e.mu.Lock()
+	k.locks[key] = e
+	return k.unlocker(key, e), true
+}
+
+func (k *keyedMutex) unlocker(key string, e *keyedEntry) func() {
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
 func (k *keyedMutex) lock(key string) (unlock func()) {
 	k.mu.Lock()
 	if k.locks == nil {
@@ -428,15 +467,7 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 	e.refs++
 	k.mu.Unlock()
 	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
+	return k.unlocker(key, e)
 }
 
 const (

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,10 +38,13 @@ type blobRegistry struct {
 	manifests map[string][]byte        // by tag
 	blobs     map[digest.Digest][]byte // what is served for a digest
 	slow      map[digest.Digest]bool   // served at 4 KiB per 100 ms
+
+	mu   sync.Mutex
+	gets map[digest.Digest]int // blob GETs served
 }
 
 func newBlobRegistry(t *testing.T) *blobRegistry {
-	r := &blobRegistry{manifests: map[string][]byte{}, blobs: map[digest.Digest][]byte{}, slow: map[digest.Digest]bool{}}
+	r := &blobRegistry{manifests: map[string][]byte{}, blobs: map[digest.Digest][]byte{}, slow: map[digest.Digest]bool{}, gets: map[digest.Digest]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p := req.URL.Path
 		switch {
@@ -48,12 +52,14 @@ func newBlobRegistry(t *testing.T) *blobRegistry {
 			w.WriteHeader(http.StatusOK)
 		case strings.Contains(p, "/manifests/"):
 			tag := p[strings.LastIndex(p, "/")+1:]
+			r.mu.Lock()
 			m, ok := r.manifests[tag]
 			if !ok {
 				if b, ok2 := r.blobs[digest.Digest(tag)]; ok2 {
 					m, ok = b, true
 				}
 			}
+			r.mu.Unlock()
 			if !ok {
 				http.NotFound(w, req)
 				return
@@ -65,7 +71,14 @@ func newBlobRegistry(t *testing.T) *blobRegistry {
 				w.Write(m)
 			}
 		case strings.Contains(p, "/blobs/"):
-			b, ok := r.blobs[digest.Digest(p[strings.LastIndex(p, "/")+1:])]
+			d := digest.Digest(p[strings.LastIndex(p, "/")+1:])
+			r.mu.Lock()
+			b, ok := r.blobs[d]
+			slow := r.slow[d]
+			if ok && req.Method == http.MethodGet {
+				r.gets[d]++
+			}
+			r.mu.Unlock()
 			if !ok {
 				http.NotFound(w, req)
 				return
@@ -74,7 +87,7 @@ func newBlobRegistry(t *testing.T) *blobRegistry {
 			if req.Method == http.MethodHead {
 				return
 			}
-			if !r.slow[digest.Digest(p[strings.LastIndex(p, "/")+1:])] {
+			if !slow {
 				w.Write(b)
 				return
 			}
@@ -95,43 +108,66 @@ func newBlobRegistry(t *testing.T) *blobRegistry {
 	return r
 }
 
-// image adds an image of one layer holding file with data under tag. It returns
-// the layer's digest; the manifest, config and layer are served as they are.
+// image adds an image of one layer holding file with data under tag (diffID, if
+// set, is what the config claims). It returns the layer's digest; the manifest,
+// config and layer are served as they are.
 func (r *blobRegistry) image(t *testing.T, tag, file, data string, diffID digest.Digest) digest.Digest {
-	var tarBuf bytes.Buffer
-	tw := tar.NewWriter(&tarBuf)
-	require.NoError(t, tw.WriteHeader(&tar.Header{Name: file, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}))
-	_, err := tw.Write([]byte(data))
-	require.NoError(t, err)
-	require.NoError(t, tw.Close())
-	if diffID == "" {
-		diffID = digest.FromBytes(tarBuf.Bytes())
-	}
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	_, err = zw.Write(tarBuf.Bytes())
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
-	layer := gz.Bytes()
+	return r.layeredImage(t, tag, []layerFile{{file, data, diffID}})[0]
+}
 
+type layerFile struct {
+	file, data string
+	diffID     digest.Digest // "" for the true one
+}
+
+// layeredImage adds an image with a layer per entry, bottom first, and returns the
+// layers' digests.
+func (r *blobRegistry) layeredImage(t *testing.T, tag string, files []layerFile) []digest.Digest {
+	var descs []ocispec.Descriptor
+	var diffIDs, digests []digest.Digest
+	for _, f := range files {
+		var tarBuf bytes.Buffer
+		tw := tar.NewWriter(&tarBuf)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: f.file, Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg}))
+		_, err := tw.Write([]byte(f.data))
+		require.NoError(t, err)
+		require.NoError(t, tw.Close())
+		diffID := f.diffID
+		if diffID == "" {
+			diffID = digest.FromBytes(tarBuf.Bytes())
+		}
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		_, err = zw.Write(tarBuf.Bytes())
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		layer := gz.Bytes()
+		r.mu.Lock()
+		r.blobs[digest.FromBytes(layer)] = layer
+		r.mu.Unlock()
+		descs = append(descs, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(layer), Size: int64(len(layer))})
+		diffIDs = append(diffIDs, diffID)
+		digests = append(digests, digest.FromBytes(layer))
+	}
 	cfg, err := json.Marshal(ocispec.Image{
 		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
-		Config:   ocispec.ImageConfig{Cmd: []string{"/" + file}},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
+		Config:   ocispec.ImageConfig{Cmd: []string{"/" + files[len(files)-1].file}},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: diffIDs},
 	})
 	require.NoError(t, err)
 	man, err := json.Marshal(ocispec.Manifest{
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: ocispec.MediaTypeImageManifest,
 		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
-		Layers:    []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(layer), Size: int64(len(layer))}},
+		Layers:    descs,
 	})
 	require.NoError(t, err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.blobs[digest.FromBytes(cfg)] = cfg
-	r.blobs[digest.FromBytes(layer)] = layer
 	r.manifests[tag] = man
 	r.blobs[digest.FromBytes(man)] = man
-	return digest.FromBytes(layer)
+	return digests
 }
 
 // hostsDir writes a hosts.toml that sends host to this registry over plain HTTP.
@@ -226,7 +262,9 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 		fmt.Fprintf(&data, "line %d of a layer served slowly, %x\n", i, i*7919) // gzip keeps ~30%
 	}
 	layer := reg.image(t, "v1", "slow", data.String(), "")
+	reg.mu.Lock()
 	reg.slow[layer] = true
+	reg.mu.Unlock()
 	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{
 		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
 	}})
@@ -266,10 +304,61 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ls, "leases of the interrupted pull")
 
+	reg.mu.Lock()
 	reg.slow[layer] = false
+	reg.mu.Unlock()
 	is = env.Shimd.Images(t)
 	_, err = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	require.NoError(t, err)
 	require.Len(t, snapshotNames(), 1)
 	removeImage(t, is, ref)
+}
+
+// Concurrent pulls of two images that share their bottom layer download it once and
+// unpack it once; each image gets its own top layer on the shared one.
+func TestConcurrentPullsShareLayers(t *testing.T) {
+	requireRoot(t)
+	const host = "share.test"
+	reg := newBlobRegistry(t)
+	var base strings.Builder
+	for i := 0; base.Len() < 64<<10; i++ {
+		fmt.Fprintf(&base, "base line %d\n", i)
+	}
+	a := reg.layeredImage(t, "a", []layerFile{{file: "base", data: base.String()}, {file: "a", data: "top of a\n"}})
+	b := reg.layeredImage(t, "b", []layerFile{{file: "base", data: base.String()}, {file: "b", data: "top of b\n"}})
+	require.Equal(t, a[0], b[0])
+	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{
+		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
+	}})
+	is := env.Shimd.Images(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, tag := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: host + "/repo/img:" + tag}})
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	reg.mu.Lock()
+	require.Equal(t, 1, reg.gets[a[0]], "the shared layer was downloaded %d times", reg.gets[a[0]])
+	require.Equal(t, 1, reg.gets[a[1]])
+	require.Equal(t, 1, reg.gets[b[1]])
+	reg.mu.Unlock()
+
+	cl := env.Containerd.Client(t)
+	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), "shimd")
+	var names []string
+	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
+		names = append(names, i.Name)
+		return nil
+	}))
+	require.Len(t, names, 3, "base, a on base, b on base: %v", names)
+	for _, tag := range []string{"a", "b"} {
+		require.NotNil(t, imageStatus(t, is, host+"/repo/img:"+tag))
+		removeImage(t, is, host+"/repo/img:"+tag)
+	}
 }
