@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/opencontainers/go-digest"
@@ -215,12 +216,7 @@ func TestPullVerifiesStreamedLayers(t *testing.T) {
 	// Nothing but committed snapshots of good layers may exist: none yet.
 	cl := env.Containerd.Client(t)
 	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), "shimd")
-	var names []string
-	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
-		names = append(names, i.Name)
-		return nil
-	}))
-	require.Empty(t, names, "snapshots left by failed pulls")
+	require.Empty(t, snapshotNames(t, cl), "snapshots left by failed pulls")
 
 	ref := host + "/repo/img:good"
 	resp, err := is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
@@ -231,12 +227,7 @@ func TestPullVerifiesStreamedLayers(t *testing.T) {
 	// The compressed layer is not kept; its snapshot is.
 	_, err = cl.ContentStore().Info(ctx, good)
 	require.Error(t, err, "the layer blob was stored")
-	names = nil
-	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
-		names = append(names, i.Name)
-		return nil
-	}))
-	require.Len(t, names, 1)
+	require.Len(t, snapshotNames(t, cl), 1)
 	// The unpacked file is the layer's.
 	var found bool
 	filepath.WalkDir(filepath.Join(env.Containerd.Root(), "io.containerd.snapshotter.v1.overlayfs", "snapshots"), func(p string, d os.DirEntry, err error) error {
@@ -270,14 +261,6 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 	}})
 	cl := env.Containerd.Client(t)
 	ctx := namespaces.WithNamespace(ctxT(t, 2*time.Minute), "shimd")
-	snapshotNames := func() []string {
-		var names []string
-		require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
-			names = append(names, i.Name)
-			return nil
-		}))
-		return names
-	}
 
 	ref := host + "/repo/img:v1"
 	is := env.Shimd.Images(t)
@@ -285,7 +268,7 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 		_, _ = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	}()
 	require.Eventually(t, func() bool {
-		for _, n := range snapshotNames() {
+		for _, n := range snapshotNames(t, cl) {
 			if strings.HasPrefix(n, "extract-") {
 				return true
 			}
@@ -299,7 +282,7 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 	env.Shimd.Kill9()
 	env.Shimd.Start(t)
 	waitReady(t, env.Shimd.Runtime(t))
-	require.Empty(t, snapshotNames(), "snapshots of the interrupted pull")
+	require.Empty(t, snapshotNames(t, cl), "snapshots of the interrupted pull")
 	ls, err = cl.LeasesService().List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, ls, "leases of the interrupted pull")
@@ -310,7 +293,7 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 	is = env.Shimd.Images(t)
 	_, err = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	require.NoError(t, err)
-	require.Len(t, snapshotNames(), 1)
+	require.Len(t, snapshotNames(t, cl), 1)
 	removeImage(t, is, ref)
 }
 
@@ -350,15 +333,21 @@ func TestConcurrentPullsShareLayers(t *testing.T) {
 	reg.mu.Unlock()
 
 	cl := env.Containerd.Client(t)
-	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), "shimd")
-	var names []string
-	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
-		names = append(names, i.Name)
-		return nil
-	}))
+	names := snapshotNames(t, cl)
 	require.Len(t, names, 3, "base, a on base, b on base: %v", names)
 	for _, tag := range []string{"a", "b"} {
 		require.NotNil(t, imageStatus(t, is, host+"/repo/img:"+tag))
 		removeImage(t, is, host+"/repo/img:"+tag)
 	}
+}
+
+// snapshotNames lists the overlayfs snapshots in shimd's namespace.
+func snapshotNames(t *testing.T, cl *client.Client) []string {
+	var names []string
+	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), "shimd")
+	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
+		names = append(names, i.Name)
+		return nil
+	}))
+	return names
 }
