@@ -74,6 +74,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	s.containers.add(c)
 	log.G(ctx).Info("container created")
+	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
 }
 

@@ -20,6 +20,10 @@ func (s *Service) handleExit(containerID, execID string, status uint32, at time.
 	if containerID != execID {
 		return // an exec process; its caller waits for it
 	}
+	if sb, err := s.opts.Sandboxes.Get(containerID); err == nil && sb.ID == containerID {
+		s.emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) // its pause process
+		return
+	}
 	c, err := s.containers.get(containerID)
 	if err != nil || c.ID != containerID {
 		return
@@ -91,6 +95,7 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 	c.mu.Unlock()
 	closeOnce(c)
 	log.G(ctx).WithField("exit_code", status).WithField("reason", reason).Info("container exited")
+	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 }
 
 // resyncContainers finishes every RUNNING container whose task is gone or stopped:

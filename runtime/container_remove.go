@@ -45,6 +45,7 @@ func (s *Service) removeContainer(ctx context.Context, c *Container) error {
 	s.containers.delete(c)
 	s.rates.forget(c.ID)
 	log.G(ctx).WithField("container", c.ID).Info("container removed")
+	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	return nil
 }
 

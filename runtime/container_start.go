@@ -49,9 +49,11 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 			st.FinishedAt = time.Now().UnixNano()
 		})
 		closeOnce(c)
+		s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 		return nil, err
 	}
 	log.G(ctx).Info("container started")
+	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 

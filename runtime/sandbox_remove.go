@@ -12,13 +12,17 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
-	if sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId()); err == nil {
+	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
+	if err == nil {
 		if err := s.removePodContainers(ctx, sb.ID); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.opts.Sandboxes.Remove(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, err
+	}
+	if sb != nil {
+		s.emitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, toSandboxStatus(sb))
 	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }

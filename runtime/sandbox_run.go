@@ -15,5 +15,8 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err != nil {
 		return nil, err
 	}
+	// Under its own id, as containerd's CRI plugin reports a sandbox.
+	s.emit(id, id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	s.emit(id, id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }

@@ -11,13 +11,17 @@ func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
-	if sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId()); err == nil {
+	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
+	if err == nil {
 		if err := s.stopPodContainers(ctx, sb.ID); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.opts.Sandboxes.Stop(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, err
+	}
+	if sb != nil {
+		s.emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }

@@ -75,6 +75,7 @@ type Service struct {
 	containers *containerStore
 	rates      cpuRates
 	streaming  StreamingServer // set once by SetStreaming before serving
+	events     eventHub        // GetContainerEvents subscribers
 }
 
 // New makes the RuntimeService; call Recover before serving.

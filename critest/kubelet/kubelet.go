@@ -49,6 +49,8 @@ type Options struct {
 	RuntimeEndpoint string
 	// NodeName for --hostname-override.
 	NodeName string
+	// FeatureGates for the KubeletConfiguration.
+	FeatureGates map[string]bool
 }
 
 // Kubelet is a standalone kubelet started by Start.
@@ -128,6 +130,14 @@ func Start(t testing.TB, opts Options) *Kubelet {
 
 // config is the KubeletConfiguration (JSON is YAML).
 func (k *Kubelet) config() map[string]any {
+	cfg := k.baseConfig()
+	if len(k.opts.FeatureGates) > 0 {
+		cfg["featureGates"] = k.opts.FeatureGates
+	}
+	return cfg
+}
+
+func (k *Kubelet) baseConfig() map[string]any {
 	return map[string]any{
 		"apiVersion":         "kubelet.config.k8s.io/v1beta1",
 		"kind":               "KubeletConfiguration",

@@ -34,13 +34,35 @@ type e2e struct {
 // TestKubelet runs a standalone kubelet v1.34 on shimd and checks static
 // pods through the kubelet's API and through CRI, step by step. The steps
 // share one kubelet and one shimd; each waits with a deadline.
-func TestKubelet(t *testing.T) {
+func TestKubelet(t *testing.T) { runKubelet(t, nil) }
+
+// TestKubeletEventedPLEG runs the same steps with the kubelet's evented PLEG, which
+// learns of container changes from GetContainerEvents instead of relisting.
+func TestKubeletEventedPLEG(t *testing.T) {
+	s := runKubelet(t, map[string]bool{"EventedPLEG": true})
+	if s == nil || t.Failed() {
+		return
+	}
+	// The kubelet subscribed, and dropped no event for want of the pod's status.
+	shimdLog, err := os.ReadFile(s.env.Shimd.LogPath())
+	if err != nil || !strings.Contains(string(shimdLog), "event subscriber connected") {
+		t.Errorf("the kubelet never subscribed to GetContainerEvents (%v)", err)
+	}
+	klog, err := os.ReadFile(s.k.LogPath)
+	if err != nil || strings.Contains(string(klog), "Evented PLEG: received ContainerEventResponse with nil") {
+		t.Errorf("the kubelet dropped events (%v): %s", err, s.k.LogTail(20, "E"))
+	}
+}
+
+func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 	if os.Geteuid() != 0 {
 		t.Skip("the kubelet e2e test needs root")
+		return nil
 	}
 	if _, err := os.Stat(Binary()); err != nil {
 		// "make integration" runs every package; "make e2e-kubelet" builds it first.
 		t.Skipf("no kubelet at %s: build it with hack/tools.sh kubelet (make e2e-kubelet)", Binary())
+		return nil
 	}
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	hosts := filepath.Join(harness.NewBaseDir(t), "hosts")
@@ -52,7 +74,7 @@ func TestKubelet(t *testing.T) {
 	s := &e2e{env: env, rt: env.Shimd.Runtime(t)}
 
 	start := time.Now()
-	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node"})
+	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node", FeatureGates: gates})
 	t.Logf("kubelet %s pid %d up in %s: API %s, read-only :%d, root %s, log %s",
 		Version, s.k.PID(), time.Since(start).Round(time.Millisecond), s.k.URL(), s.k.ReadOnly, s.k.RootDir, s.k.LogPath)
 	// On failure: stop the kubelet first so it recreates nothing, then take
@@ -79,6 +101,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("5b_stats_summary", s.stepStats)
 	t.Run("6_kill9_shimd_and_restart_kubelet", s.stepRestart)
 	t.Run("7_remove_manifests_teardown", s.stepTeardown)
+	return s
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
