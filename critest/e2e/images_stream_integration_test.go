@@ -351,3 +351,89 @@ func snapshotNames(t *testing.T, cl *client.Client) []string {
 	}))
 	return names
 }
+
+// Failed pulls (a tampered layer, a corrupt one, a wrong diff id), pulls whose caller
+// gave up, and event subscribers that come and go leave no goroutine or descriptor
+// behind in shimd.
+func TestPullAndEventLeaks(t *testing.T) {
+	requireRoot(t)
+	const host = "leak.test"
+	reg := newBlobRegistry(t)
+	reg.image(t, "good", "ok", "fine\n", "")
+	reg.image(t, "wrongdiffid", "x", "data\n", digest.FromString("not the tar"))
+	for tag, at := range map[string]int{"tampered": 4, "corrupt": -5} {
+		d := reg.image(t, tag, "evil", "original "+tag+"\n", "")
+		b := append([]byte(nil), reg.blobs[d]...)
+		if at < 0 {
+			at += len(b)
+		}
+		b[at] ^= 0xff
+		reg.blobs[d] = b
+	}
+	var slowData strings.Builder
+	for i := 0; slowData.Len() < 64<<10; i++ { // a few 4 KiB chunks gzipped
+		fmt.Fprintf(&slowData, "slow %d %x\n", i, i*104729)
+	}
+	slow := reg.image(t, "slow", "slow", slowData.String(), "")
+	reg.mu.Lock()
+	reg.slow[slow] = true
+	reg.mu.Unlock()
+
+	sock := filepath.Join(t.TempDir(), "debug.sock")
+	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{ExtraConfig: fmt.Sprintf(
+		"[registry]\nconfig_path = %q\n[debug]\naddress = %q\n", reg.hostsDir(t, host), sock)}})
+	is, rs := env.Shimd.Images(t), env.Shimd.Runtime(t)
+	debug := debugClient(sock)
+	pullRef := func(ctx context.Context, tag string) error {
+		_, err := is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: host + "/repo/img:" + tag}})
+		return err
+	}
+	require.NoError(t, pullRef(ctxT(t, time.Minute), "good")) // warm up
+	removeImage(t, is, host+"/repo/img:good")
+	base := stableStats(t, debug)
+	t.Logf("baseline: %d goroutines, %d open fds", base.Goroutines, base.OpenFDs)
+
+	for round := 0; round < 3; round++ {
+		start := time.Now()
+		for _, tag := range []string{"tampered", "corrupt", "wrongdiffid"} {
+			require.Error(t, pullRef(ctxT(t, time.Minute), tag), tag)
+		}
+		t.Logf("round %d: failed pulls took %s", round, time.Since(start).Round(time.Millisecond))
+		// The caller gives up; the pull goes on for the next caller, then ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		require.Error(t, pullRef(ctx, "slow"))
+		cancel()
+		start = time.Now()
+		require.Eventually(t, func() bool { return imageStatus(t, is, host+"/repo/img:slow") != nil },
+			time.Minute, 100*time.Millisecond, "the abandoned pull never finished")
+		t.Logf("round %d: the abandoned pull finished %s later", round, time.Since(start).Round(time.Millisecond))
+		removeImage(t, is, host+"/repo/img:slow")
+		ectx, ecancel := context.WithCancel(context.Background())
+		stream, err := rs.GetContainerEvents(ectx, &runtimeapi.GetEventsRequest{})
+		require.NoError(t, err)
+		go func() {
+			for {
+				if _, err := stream.Recv(); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		ecancel()
+	}
+	var now debugStats
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		now = getStats(t, debug)
+		if now.Goroutines <= base.Goroutines+5 && now.OpenFDs <= base.OpenFDs+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			dump, _ := debugGet(debug, "/debug/pprof/goroutine?debug=1")
+			t.Fatalf("not back to baseline (%+v) after 60s: %+v\n%s", base, now, dump)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("settled: %d goroutines, %d open fds", now.Goroutines, now.OpenFDs)
+	require.Empty(t, snapshotNames(t, env.Containerd.Client(t)), "snapshots left by failed pulls")
+}
