@@ -421,19 +421,6 @@ func TestPullAndEventLeaks(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		ecancel()
 	}
-	var now debugStats
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		now = getStats(t, debug)
-		if now.Goroutines <= base.Goroutines+5 && now.OpenFDs <= base.OpenFDs+2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			dump, _ := debugGet(debug, "/debug/pprof/goroutine?debug=1")
-			t.Fatalf("not back to baseline (%+v) after 60s: %+v\n%s", base, now, dump)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Logf("settled: %d goroutines, %d open fds", now.Goroutines, now.OpenFDs)
+	waitSettled(t, debug, base, debugStats{Goroutines: 5, OpenFDs: 2}, 60*time.Second)
 	require.Empty(t, snapshotNames(t, env.Containerd.Client(t)), "snapshots left by failed pulls")
 }

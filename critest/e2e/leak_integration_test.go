@@ -57,20 +57,7 @@ func TestStreamingLeaks(t *testing.T) {
 	peak := getStats(t, debug)
 	t.Logf("just after: %d goroutines, %d open fds", peak.Goroutines, peak.OpenFDs)
 
-	var now debugStats
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		now = getStats(t, debug)
-		if now.Goroutines <= base.Goroutines+10 && now.OpenFDs <= base.OpenFDs+4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			dump, _ := debugGet(debug, "/debug/pprof/goroutine?debug=1")
-			t.Fatalf("not back to baseline (%+v) after 90s: %+v\n%s", base, now, dump)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Logf("settled: %d goroutines, %d open fds", now.Goroutines, now.OpenFDs)
+	waitSettled(t, debug, base, debugStats{Goroutines: 10, OpenFDs: 4}, 90*time.Second)
 
 	require.Eventually(t, func() bool {
 		out, err := execSync(t, rs, id, 10, "ps")
@@ -305,6 +292,25 @@ func getStats(t *testing.T, c *http.Client) debugStats {
 	var s debugStats
 	require.NoError(t, json.Unmarshal(body, &s), "%s", body)
 	return s
+}
+
+// waitSettled waits until shimd's goroutines and descriptors are back within slack
+// of base, and fails the test with a goroutine dump if they are not by timeout.
+func waitSettled(t *testing.T, debug *http.Client, base, slack debugStats, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		now := getStats(t, debug)
+		if now.Goroutines <= base.Goroutines+slack.Goroutines && now.OpenFDs <= base.OpenFDs+slack.OpenFDs {
+			t.Logf("settled: %d goroutines, %d open fds", now.Goroutines, now.OpenFDs)
+			return
+		}
+		if time.Now().After(deadline) {
+			dump, _ := debugGet(debug, "/debug/pprof/goroutine?debug=1")
+			t.Fatalf("not back to baseline (%+v) after %s: %+v\n%s", base, timeout, now, dump)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // stableStats waits until two reads a second apart agree (at most 15s) and returns
