@@ -112,6 +112,11 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 		return fmt.Errorf("resolve user: %w", err)
 	}
 	c.User = user
+	withVolumes, err := s.mountImageVolumes(ctx, c, sb, rt.Snapshotter)
+	if err != nil {
+		return err
+	}
+	c.Config = withVolumes
 	ociSpec, err := s.containerSpec(ctx, c, sb, img, user)
 	if err != nil {
 		return err

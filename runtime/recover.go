@@ -58,6 +58,7 @@ func (s *Service) Recover(ctx context.Context) error {
 		}
 	}
 	s.removeOrphanDirs(ctx)
+	s.sweepImageVolumes(ctx)
 	return nil
 }
 

@@ -17,6 +17,13 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 		if err := s.removePodContainers(ctx, sb.ID); err != nil {
 			return nil, err
 		}
+		rt, err := s.opts.Sandboxes.Runtime(sb.RuntimeHandler)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.removeImageVolumes(ctx, sb.ID, rt.Snapshotter); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.opts.Sandboxes.Remove(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"sync"
 
 	"github.com/containerd/containerd/v2/client"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -76,6 +77,7 @@ type Service struct {
 	rates      cpuRates
 	streaming  StreamingServer // set once by SetStreaming before serving
 	events     eventHub        // GetContainerEvents subscribers
+	volumeMu   sync.Mutex      // held while an image volume is mounted
 }
 
 // New makes the RuntimeService; call Recover before serving.
