@@ -16,8 +16,8 @@ import (
 	"github.com/containerd/log"
 	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/image-spec/identity"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/sandbox"
