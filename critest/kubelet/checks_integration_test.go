@@ -61,7 +61,7 @@ func (s *e2e) containers(t testing.TB, sandboxID string) []*runtimeapi.Container
 func (s *e2e) snapshot(t testing.TB) map[string]podSnapshot {
 	t.Helper()
 	out := map[string]podSnapshot{}
-	for _, name := range testPods {
+	for _, name := range s.pods {
 		p, err := s.k.Pod(name)
 		if err != nil {
 			t.Fatalf("before the restart: %v", err)

@@ -29,6 +29,7 @@ type e2e struct {
 	k        *Kubelet
 	rt       runtimeapi.RuntimeServiceClient
 	hostPort int
+	pods     []string // the static pods of this run
 }
 
 // TestKubelet runs a standalone kubelet v1.34 on shimd and checks static
@@ -36,10 +37,11 @@ type e2e struct {
 // share one kubelet and one shimd; each waits with a deadline.
 func TestKubelet(t *testing.T) { runKubelet(t, nil) }
 
-// TestKubeletEventedPLEG runs the same steps with the kubelet's evented PLEG, which
-// learns of container changes from GetContainerEvents instead of relisting.
-func TestKubeletEventedPLEG(t *testing.T) {
-	s := runKubelet(t, map[string]bool{"EventedPLEG": true})
+// TestKubeletBetaFeatures runs the same steps with feature gates the kubelet v1.34
+// has off by default: the evented PLEG, which learns of container changes from
+// GetContainerEvents instead of relisting, and image volumes, with one more pod.
+func TestKubeletBetaFeatures(t *testing.T) {
+	s := runKubelet(t, map[string]bool{"EventedPLEG": true, "ImageVolume": true})
 	if s == nil || t.Failed() {
 		return
 	}
@@ -71,7 +73,7 @@ func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
 		LeakTimeout: time.Minute,
 	})
-	s := &e2e{env: env, rt: env.Shimd.Runtime(t)}
+	s := &e2e{env: env, rt: env.Shimd.Runtime(t), pods: append([]string(nil), testPods...)}
 
 	start := time.Now()
 	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node", FeatureGates: gates})
@@ -92,8 +94,15 @@ func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 	for _, p := range []*corev1.Pod{sharePod(), probePod(), webPod(s.hostPort), loggerPod()} {
 		s.k.WritePod(t, p)
 	}
+	if gates["ImageVolume"] {
+		s.pods = append(s.pods, "imgvol")
+		s.k.WritePod(t, imageVolumePod())
+	}
 
 	t.Run("1_init_and_shared_emptyDir", s.stepShare)
+	if gates["ImageVolume"] {
+		t.Run("1b_image_volume", s.stepImageVolume)
+	}
 	t.Run("2_liveness_restart_and_readiness", s.stepProbes)
 	t.Run("3_hostPort", s.stepHostPort)
 	t.Run("4_logs_and_rotation", s.stepLogs)
@@ -102,6 +111,21 @@ func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 	t.Run("6_kill9_shimd_and_restart_kubelet", s.stepRestart)
 	t.Run("7_remove_manifests_teardown", s.stepTeardown)
 	return s
+}
+
+// Step 1b: the kubelet pulls the image of an image volume and shimd mounts it,
+// whole and one directory of it (subPath), read-only.
+func (s *e2e) stepImageVolume(t *testing.T) {
+	Eventually(t, 3*time.Minute, "imgvol's log shows the image's files, read-only", func() error {
+		out, err := s.k.ContainerLogs("imgvol", "reader", LogOptions{})
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, imageVolumeOutput) {
+			return fmt.Errorf("log %q", out)
+		}
+		return nil
+	})
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

@@ -21,6 +21,8 @@ const (
 	initOutput   = "from-init-container"
 	writerOutput = "from-writer-container"
 	loggerLines  = 40000 // ~8 MB of CRI log: several rotations at 1Mi
+
+	imageVolumeOutput = "image-volume-read-only"
 )
 
 // newPod is a static pod with the settings every test pod shares: the pod
@@ -117,4 +119,16 @@ while [ $i -lt %d ]; do i=$((i+1)); echo "line $i $pad"; if [ $((i %% 2000)) -eq
 echo logger-done
 j=0
 while true; do j=$((j+1)); echo "tick $j"; sleep 1; done`, loggerLines)))
+}
+
+// imageVolumePod mounts the busybox image as a volume, whole at /img and its bin
+// directory at /imgbin, runs a program from it and fails to write to it.
+func imageVolumePod() *corev1.Pod {
+	reader := shell("reader", BusyboxImage, fmt.Sprintf(
+		"/img/bin/busybox test -x /imgbin/busybox && ! touch /img/x 2>/dev/null && echo %s; exec sleep 3600", imageVolumeOutput))
+	reader.VolumeMounts = []corev1.VolumeMount{{Name: "img", MountPath: "/img"}, {Name: "img", MountPath: "/imgbin", SubPath: "bin"}}
+	p := newPod("imgvol", reader)
+	p.Spec.Volumes = []corev1.Volume{{Name: "img", VolumeSource: corev1.VolumeSource{
+		Image: &corev1.ImageVolumeSource{Reference: BusyboxImage, PullPolicy: corev1.PullIfNotPresent}}}}
+	return p
 }

@@ -51,7 +51,7 @@ func (s *e2e) stepRestart(t *testing.T) {
 	// The same containers run with the same restart counts (ready or not:
 	// readiness restarts at "not ready" with each kubelet until its probe runs).
 	same := func() error {
-		for _, name := range testPods {
+		for _, name := range s.pods {
 			p, err := s.k.Pod(name)
 			if err != nil {
 				return err
@@ -101,7 +101,7 @@ func (s *e2e) stepRestart(t *testing.T) {
 		for _, p := range rp {
 			names[p.Name] = true
 		}
-		for _, n := range testPods {
+		for _, n := range s.pods {
 			if !names[s.k.MirrorName(n)] {
 				return fmt.Errorf("%s missing from %v", n, names)
 			}
@@ -140,7 +140,7 @@ func (s *e2e) stepRestart(t *testing.T) {
 // is left: no pods in shimd, netns, leases, nat rules, mounts, processes,
 // pod cgroups, pod log dirs.
 func (s *e2e) stepTeardown(t *testing.T) {
-	for _, name := range testPods {
+	for _, name := range s.pods {
 		s.k.RemovePod(t, name)
 	}
 	took := Eventually(t, 2*time.Minute, "no pods in the kubelet's /pods", func() error {
