@@ -39,13 +39,14 @@ type blobRegistry struct {
 	manifests map[string][]byte        // by tag
 	blobs     map[digest.Digest][]byte // what is served for a digest
 	slow      map[digest.Digest]bool   // served at 4 KiB per 100 ms
+	stall     map[digest.Digest]bool   // 4 KiB served, then nothing until the client leaves
 
 	mu   sync.Mutex
 	gets map[digest.Digest]int // blob GETs served
 }
 
 func newBlobRegistry(t *testing.T) *blobRegistry {
-	r := &blobRegistry{manifests: map[string][]byte{}, blobs: map[digest.Digest][]byte{}, slow: map[digest.Digest]bool{}, gets: map[digest.Digest]int{}}
+	r := &blobRegistry{manifests: map[string][]byte{}, blobs: map[digest.Digest][]byte{}, slow: map[digest.Digest]bool{}, stall: map[digest.Digest]bool{}, gets: map[digest.Digest]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p := req.URL.Path
 		switch {
@@ -75,7 +76,7 @@ func newBlobRegistry(t *testing.T) *blobRegistry {
 			d := digest.Digest(p[strings.LastIndex(p, "/")+1:])
 			r.mu.Lock()
 			b, ok := r.blobs[d]
-			slow := r.slow[d]
+			slow, stall := r.slow[d], r.stall[d]
 			if ok && req.Method == http.MethodGet {
 				r.gets[d]++
 			}
@@ -86,6 +87,12 @@ func newBlobRegistry(t *testing.T) *blobRegistry {
 			}
 			w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 			if req.Method == http.MethodHead {
+				return
+			}
+			if stall {
+				w.Write(b[:min(4096, len(b)-1)])
+				w.(http.Flusher).Flush()
+				<-req.Context().Done()
 				return
 			}
 			if !slow {
@@ -423,4 +430,34 @@ func TestPullAndEventLeaks(t *testing.T) {
 	}
 	waitSettled(t, debug, base, debugStats{Goroutines: 5, OpenFDs: 2}, 60*time.Second)
 	require.Empty(t, snapshotNames(t, env.Containerd.Client(t)), "snapshots left by failed pulls")
+}
+
+// A pull that receives nothing for registry.pull_progress_timeout is cancelled with
+// Unavailable and a message that says so, and leaves nothing behind.
+func TestStalledPullIsCancelled(t *testing.T) {
+	requireRoot(t)
+	const host = "stall.test"
+	reg := newBlobRegistry(t)
+	var data strings.Builder
+	for i := 0; data.Len() < 256<<10; i++ {
+		fmt.Fprintf(&data, "stalled line %d %x\n", i, i*7919)
+	}
+	layer := reg.image(t, "v1", "big", data.String(), "")
+	reg.mu.Lock()
+	reg.stall[layer] = true
+	reg.mu.Unlock()
+	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{ExtraConfig: fmt.Sprintf(
+		"[registry]\nconfig_path = %q\npull_progress_timeout = \"1s\"\n", reg.hostsDir(t, host))}})
+	is := env.Shimd.Images(t)
+	start := time.Now()
+	_, err := is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: host + "/repo/img:v1"}})
+	took := time.Since(start)
+	require.Error(t, err)
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Contains(t, err.Error(), "no progress for 1s")
+	require.Less(t, took, 30*time.Second, "the stalled pull was not cancelled by the 1s timeout")
+	t.Logf("stalled pull ended after %s: %v", took.Round(time.Millisecond), err)
+	require.Nil(t, imageStatus(t, is, host+"/repo/img:v1"))
+	require.Eventually(t, func() bool { return len(snapshotNames(t, env.Containerd.Client(t))) == 0 },
+		10*time.Second, 100*time.Millisecond, "snapshots of the stalled pull")
 }
