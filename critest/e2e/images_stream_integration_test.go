@@ -255,11 +255,7 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	const host = "slow.test"
 	reg := newBlobRegistry(t)
-	var data strings.Builder
-	for i := 0; data.Len() < 256<<10; i++ {
-		fmt.Fprintf(&data, "line %d of a layer served slowly, %x\n", i, i*7919) // gzip keeps ~30%
-	}
-	layer := reg.image(t, "v1", "slow", data.String(), "")
+	layer := reg.image(t, "v1", "slow", textData("slowly served", 256<<10), "")
 	reg.mu.Lock()
 	reg.slow[layer] = true
 	reg.mu.Unlock()
@@ -310,12 +306,9 @@ func TestConcurrentPullsShareLayers(t *testing.T) {
 	requireRoot(t)
 	const host = "share.test"
 	reg := newBlobRegistry(t)
-	var base strings.Builder
-	for i := 0; base.Len() < 64<<10; i++ {
-		fmt.Fprintf(&base, "base line %d\n", i)
-	}
-	a := reg.layeredImage(t, "a", []layerFile{{file: "base", data: base.String()}, {file: "a", data: "top of a\n"}})
-	b := reg.layeredImage(t, "b", []layerFile{{file: "base", data: base.String()}, {file: "b", data: "top of b\n"}})
+	base := textData("base", 64<<10)
+	a := reg.layeredImage(t, "a", []layerFile{{file: "base", data: base}, {file: "a", data: "top of a\n"}})
+	b := reg.layeredImage(t, "b", []layerFile{{file: "base", data: base}, {file: "b", data: "top of b\n"}})
 	require.Equal(t, a[0], b[0])
 	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{
 		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
@@ -377,11 +370,7 @@ func TestPullAndEventLeaks(t *testing.T) {
 		b[at] ^= 0xff
 		reg.blobs[d] = b
 	}
-	var slowData strings.Builder
-	for i := 0; slowData.Len() < 64<<10; i++ { // a few 4 KiB chunks gzipped
-		fmt.Fprintf(&slowData, "slow %d %x\n", i, i*104729)
-	}
-	slow := reg.image(t, "slow", "slow", slowData.String(), "")
+	slow := reg.image(t, "slow", "slow", textData("slow", 64<<10), "") // a few 4 KiB chunks gzipped
 	reg.mu.Lock()
 	reg.slow[slow] = true
 	reg.mu.Unlock()
@@ -438,11 +427,7 @@ func TestStalledPullIsCancelled(t *testing.T) {
 	requireRoot(t)
 	const host = "stall.test"
 	reg := newBlobRegistry(t)
-	var data strings.Builder
-	for i := 0; data.Len() < 256<<10; i++ {
-		fmt.Fprintf(&data, "stalled line %d %x\n", i, i*7919)
-	}
-	layer := reg.image(t, "v1", "big", data.String(), "")
+	layer := reg.image(t, "v1", "big", textData("stalled", 256<<10), "")
 	reg.mu.Lock()
 	reg.stall[layer] = true
 	reg.mu.Unlock()
@@ -460,4 +445,13 @@ func TestStalledPullIsCancelled(t *testing.T) {
 	require.Nil(t, imageStatus(t, is, host+"/repo/img:v1"))
 	require.Eventually(t, func() bool { return len(snapshotNames(t, env.Containerd.Client(t))) == 0 },
 		10*time.Second, 100*time.Millisecond, "snapshots of the stalled pull")
+}
+
+// textData is about size bytes of numbered lines (gzip keeps about a third).
+func textData(prefix string, size int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < size; i++ {
+		fmt.Fprintf(&b, "%s line %d %x\n", prefix, i, i*7919)
+	}
+	return b.String()
 }
