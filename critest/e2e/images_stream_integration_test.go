@@ -455,3 +455,48 @@ func textData(prefix string, size int) string {
 	}
 	return b.String()
 }
+
+// Layers are kept only unpacked, per snapshotter: an image pulled for the default
+// runtime handler (overlayfs) is absent for a handler on another snapshotter
+// (native) until pulled for it, and a container of that handler says so rather
+// than failing obscurely; once pulled for it, the container runs.
+func TestImagePerRuntimeHandlerSnapshotter(t *testing.T) {
+	requireRoot(t)
+	extra := fmt.Sprintf("[runtimes.native]\ntype = %q\nbinary_name = %q\nroot = %q\nsnapshotter = \"native\"\n",
+		"io.containerd.runc.v2", harness.Tools().Runc, filepath.Join(t.TempDir(), "runc"))
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{ExtraConfig: extra}})
+	pull(t, env, busyboxImage)
+	is, rs := env.Shimd.Images(t), env.Shimd.Runtime(t)
+	statusFor := func(handler string) *runtimeapi.Image {
+		resp, err := is.ImageStatus(ctxT(t, time.Minute), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: busyboxImage, RuntimeHandler: handler}})
+		require.NoError(t, err)
+		return resp.Image
+	}
+	require.NotNil(t, statusFor(""))
+	require.Nil(t, statusFor("native"), "not unpacked for native yet")
+
+	cfg := podConfig("native")
+	resp, err := rs.RunPodSandbox(ctxT(t, 2*time.Minute), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: "native"})
+	require.NoError(t, err)
+	podID := resp.PodSandboxId
+	ctr := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, Image: &runtimeapi.ImageSpec{Image: busyboxImage},
+		Command: []string{"sleep", "3600"}, Linux: &runtimeapi.LinuxContainerConfig{},
+	}
+	_, err = rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: ctr, SandboxConfig: cfg})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.Contains(t, err.Error(), "pull it with this runtime handler")
+
+	_, err = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: busyboxImage, RuntimeHandler: "native"}})
+	require.NoError(t, err)
+	require.NotNil(t, statusFor("native"))
+	cr, err := rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: ctr, SandboxConfig: cfg})
+	require.NoError(t, err)
+	_, err = rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId})
+	require.NoError(t, err)
+	out, err := execSync(t, rs, cr.ContainerId, 10, "echo", "on-native")
+	require.NoError(t, err)
+	require.Equal(t, "on-native\n", string(out.Stdout))
+	stopRemove(t, rs, podID)
+	removeImage(t, is, busyboxImage)
+}
