@@ -26,9 +26,12 @@
 //
 // CreateContainer / StartContainer: the sandbox must be READY -> reserve the name ->
 // resolve the image locally -> prepare the writable layer under a lease and resolve the
-// user in it -> build the OCI spec (runtime/spec, a pure function) -> containerd
-// container -> status CREATED. Start: a task with its stdio FIFOs copied to the CRI log
+// user in it -> mount the pod's image volumes (container_image_volumes.go) -> build the
+// OCI spec (runtime/spec, a pure function) -> containerd container -> status CREATED. Start: a task with its stdio FIFOs copied to the CRI log
 // (started in the pod's running shim) -> RUNNING; the event monitor sees the exit.
+//
+// Every lifecycle change of a container or sandbox is also published to
+// GetContainerEvents subscribers (container_events.go) with the pod's statuses.
 //
 // Exec / Attach / PortForward: the RPC validates and returns a URL of the streaming
 // server (package streaming) and starts nothing; the kubelet connects to that URL; the
