@@ -18,11 +18,14 @@ func (s *Service) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandb
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: toSandboxStatus(sb)}
 	if req.GetVerbose() {
+		overhead, resources := sb.PodResources()
 		info, err := json.Marshal(map[string]any{
 			"netNamespacePath": sb.NetNSPath,
 			"runtimeHandler":   sb.RuntimeHandler,
 			"config":           sb.Config,
 			"image":            s.opts.Sandboxes.PauseImageRef(),
+			"overhead":         overhead,
+			"resources":        resources,
 		})
 		if err != nil {
 			return nil, err

@@ -37,6 +37,10 @@ type record struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	NetNSPath      string          `json:"netns_path,omitempty"`
 	IPs            []string        `json:"ips,omitempty"`
+	// Overhead and Resources are the pod-level limits of the last
+	// UpdatePodSandboxResources (protojson of LinuxContainerResources).
+	Overhead  json.RawMessage `json:"overhead,omitempty"`
+	Resources json.RawMessage `json:"resources,omitempty"`
 }
 
 func encodeRecord(sb *Sandbox) (*anypb.Any, error) {
@@ -44,10 +48,22 @@ func encodeRecord(sb *Sandbox) (*anypb.Any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode sandbox config: %w", err)
 	}
-	data, err := json.Marshal(record{
+	rec := record{
 		Version: recordVersion, Name: sb.Name, Config: cfg, RuntimeHandler: sb.RuntimeHandler,
 		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs,
-	})
+	}
+	overhead, resources := sb.PodResources()
+	if overhead != nil {
+		if rec.Overhead, err = protojson.Marshal(overhead); err != nil {
+			return nil, err
+		}
+	}
+	if resources != nil {
+		if rec.Resources, err = protojson.Marshal(resources); err != nil {
+			return nil, err
+		}
+	}
+	data, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
@@ -70,10 +86,24 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 	if err := protojson.Unmarshal(rec.Config, cfg); err != nil {
 		return nil, fmt.Errorf("decode sandbox config %s: %w", c.ID, err)
 	}
-	return &Sandbox{
+	sb := &Sandbox{
 		ID: c.ID, Name: rec.Name, Config: cfg, RuntimeHandler: rec.RuntimeHandler,
 		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, state: StateNotReady,
-	}, nil
+	}
+	for _, f := range []struct {
+		raw json.RawMessage
+		dst **runtimeapi.LinuxContainerResources
+	}{{rec.Overhead, &sb.overhead}, {rec.Resources, &sb.resources}} {
+		if len(f.raw) == 0 {
+			continue
+		}
+		r := &runtimeapi.LinuxContainerResources{}
+		if err := protojson.Unmarshal(f.raw, r); err != nil {
+			return nil, fmt.Errorf("decode sandbox resources %s: %w", c.ID, err)
+		}
+		*f.dst = r
+	}
+	return sb, nil
 }
 
 // withRecord stores the record and phase label on a container being created.

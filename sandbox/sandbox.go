@@ -52,6 +52,16 @@ type Sandbox struct {
 	mu      sync.Mutex
 	state   State
 	stopped bool // Stop has torn the network down
+	// overhead and resources: the last UpdatePodSandboxResources.
+	overhead, resources *runtimeapi.LinuxContainerResources
+}
+
+// PodResources returns the pod-level overhead and resources of the last
+// UpdatePodSandboxResources (nil before one).
+func (s *Sandbox) PodResources() (overhead, resources *runtimeapi.LinuxContainerResources) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overhead, s.resources
 }
 
 // State returns the current state.
