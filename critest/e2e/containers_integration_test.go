@@ -287,10 +287,7 @@ func TestKill9ShimdWithContainers(t *testing.T) {
 	path := before.LogPath
 	waitLog(t, path, "line3")
 
-	env.Shimd.Kill9()
-	env.Shimd.Start(t)
-	rs = env.Shimd.Runtime(t)
-	waitReady(t, rs)
+	rs = restartShimd(t, env)
 
 	st := containerStatus(t, rs, running)
 	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, st.State)
@@ -345,10 +342,7 @@ func TestUpdateContainerResourcesSurvivesRestart(t *testing.T) {
 	}
 	check("after the update")
 
-	env.Shimd.Kill9()
-	env.Shimd.Start(t)
-	rs = env.Shimd.Runtime(t)
-	waitReady(t, rs)
+	rs = restartShimd(t, env)
 	check("after kill -9 and restart")
 	stopRemove(t, rs, pod.id)
 }

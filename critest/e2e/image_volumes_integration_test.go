@@ -69,10 +69,7 @@ func TestImageVolumes(t *testing.T) {
 	}
 
 	// kill -9 with the volume mounted; the restarted shimd still removes it with the pod.
-	env.Shimd.Kill9()
-	env.Shimd.Start(t)
-	rs = env.Shimd.Runtime(t)
-	waitReady(t, rs)
+	rs = restartShimd(t, env)
 	stopRemove(t, rs, pod.id)
 	require.NoDirExists(t, filepath.Dir(st1.Mounts[0].HostPath))
 	for _, n := range snapshotNames(t, env.Containerd.Client(t)) {

@@ -104,3 +104,14 @@ func requireInSubnet(t *testing.T, env *harness.Env, ip string) {
 	_, bench, _ := net.ParseCIDR("198.18.0.0/15")
 	require.True(t, bench.Contains(parsed))
 }
+
+// restartShimd kills shimd with SIGKILL, starts it again and waits until it has
+// recovered; it returns a client of the new shimd.
+func restartShimd(t *testing.T, env *harness.Env) runtimeapi.RuntimeServiceClient {
+	t.Helper()
+	env.Shimd.Kill9()
+	env.Shimd.Start(t)
+	rs := env.Shimd.Runtime(t)
+	waitReady(t, rs)
+	return rs
+}

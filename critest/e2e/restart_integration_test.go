@@ -92,10 +92,7 @@ func TestKill9DuringRunLeavesNothingHalfMade(t *testing.T) {
 			_, _ = rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 		}(podConfig("crash"))
 		time.Sleep(delay)
-		env.Shimd.Kill9()
-		env.Shimd.Start(t)
-		rs = env.Shimd.Runtime(t)
-		waitReady(t, rs)
+		rs = restartShimd(t, env)
 		for _, p := range listPods(t, rs, nil) {
 			st := podStatus(t, rs, p.Id)
 			if st.State == runtimeapi.PodSandboxState_SANDBOX_READY {

@@ -45,10 +45,7 @@ func TestUpdatePodSandboxResources(t *testing.T) {
 		require.Equal(t, int64(8), info.Overhead.CpuShares, when)
 	}
 	check("after the update")
-	env.Shimd.Kill9()
-	env.Shimd.Start(t)
-	rs = env.Shimd.Runtime(t)
-	waitReady(t, rs)
+	rs = restartShimd(t, env)
 	check("after kill -9 and restart")
 
 	_, err = rs.UpdatePodSandboxResources(ctxT(t, time.Minute), &runtimeapi.UpdatePodSandboxResourcesRequest{
