@@ -51,10 +51,12 @@ func (s *Service) emitWith(id, sbID string, typ runtimeapi.ContainerEventType, p
 	if !s.events.active() {
 		return
 	}
-	ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: time.Now().UnixNano(), PodSandboxStatus: pod}
-	if sb, err := s.opts.Sandboxes.Get(sbID); err == nil && pod == nil {
-		ev.PodSandboxStatus = toSandboxStatus(sb)
+	if pod == nil {
+		if sb, err := s.opts.Sandboxes.Get(sbID); err == nil {
+			pod = toSandboxStatus(sb)
+		}
 	}
+	ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: time.Now().UnixNano(), PodSandboxStatus: pod}
 	for _, c := range s.containers.inSandbox(sbID) {
 		ev.ContainersStatuses = append(ev.ContainersStatuses, toContainerStatus(c, c.Status()))
 	}

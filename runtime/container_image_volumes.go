@@ -94,8 +94,13 @@ func (s *Service) imageVolume(ctx context.Context, sandboxID string, img *image.
 	} else {
 		chainID = ""
 	}
+	// The directory first: a view snapshot never exists without it, so removal can
+	// find every view from the directory alone.
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return "", err
+	}
 	sn := s.opts.Client.SnapshotService(snapshotter)
-	key := imageVolumePrefix + sandboxID + "/" + img.Target.Digest.Encoded()
+	key := imageVolumeKey(sandboxID, img.Target.Digest.Encoded())
 	mounts, err := sn.View(ctx, key, chainID, snapshots.WithLabels(map[string]string{
 		"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339),
 	}))
@@ -104,9 +109,6 @@ func (s *Service) imageVolume(ctx context.Context, sandboxID string, img *image.
 	}
 	if err != nil {
 		return "", fmt.Errorf("view snapshot: %w", err)
-	}
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return "", err
 	}
 	if err := mount.All(mounts, target); err != nil {
 		return "", fmt.Errorf("mount: %w", err)
@@ -143,18 +145,29 @@ func imageSubPath(root, sub string) (string, error) {
 	return p, nil
 }
 
-// removeImageVolumes unmounts and removes the image volumes of sandboxID: the mounts
-// under its directory and the view snapshots keyed with its id.
+func imageVolumeKey(sandboxID, digest string) string {
+	return imageVolumePrefix + sandboxID + "/" + digest
+}
+
+// removeImageVolumes unmounts and removes the image volumes of sandboxID: each
+// directory under its volume directory, with the view snapshot of the same name.
 func (s *Service) removeImageVolumes(ctx context.Context, sandboxID, snapshotter string) error {
 	dir := s.imageVolumeDir(sandboxID)
 	entries, err := os.ReadDir(dir)
-	if err != nil && !os.IsNotExist(err) {
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
+	sn := s.opts.Client.SnapshotService(snapshotter)
 	for _, e := range entries {
 		target := filepath.Join(dir, e.Name())
 		if err := mount.UnmountAll(target, 0); err != nil {
 			return fmt.Errorf("unmount image volume %s: %w", target, err)
+		}
+		if err := sn.Remove(ctx, imageVolumeKey(sandboxID, e.Name())); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove image volume snapshot: %w", err)
 		}
 		if err := os.Remove(target); err != nil && !os.IsNotExist(err) {
 			return err
@@ -163,62 +176,36 @@ func (s *Service) removeImageVolumes(ctx context.Context, sandboxID, snapshotter
 	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	sn := s.opts.Client.SnapshotService(snapshotter)
-	var keys []string
-	if err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if strings.HasPrefix(info.Name, imageVolumePrefix+sandboxID+"/") {
-			keys = append(keys, info.Name)
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("list image volume snapshots: %w", err)
-	}
-	for _, k := range keys {
-		if err := sn.Remove(ctx, k); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("remove image volume snapshot %s: %w", k, err)
-		}
-	}
 	return nil
 }
 
-// snapshotters lists the runtime handlers' snapshotters, each once.
-func (s *Service) snapshotters() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, h := range append([]string{""}, s.opts.Handlers...) {
-		if rt, err := s.opts.Sandboxes.Runtime(h); err == nil && !seen[rt.Snapshotter] {
-			seen[rt.Snapshotter] = true
-			out = append(out, rt.Snapshotter)
-		}
-	}
-	return out
-}
-
-// sweepImageVolumes removes the image volumes of pods that no longer exist (a
-// RemovePodSandbox interrupted by a crash).
+// sweepImageVolumes, at recovery, removes the image volumes of pods that no longer
+// exist (a RemovePodSandbox interrupted by a crash), and view snapshots whose
+// directory is gone (the state directory does not survive a reboot; neither do the
+// mounts, so such a view serves nothing and is made again when asked for).
 func (s *Service) sweepImageVolumes(ctx context.Context) {
-	gone := map[string]bool{}
-	if entries, err := os.ReadDir(filepath.Join(s.opts.StateDir, imageVolumeDirName)); err == nil {
+	base := filepath.Join(s.opts.StateDir, imageVolumeDirName)
+	entries, _ := os.ReadDir(base)
+	for _, sn := range s.opts.Sandboxes.Snapshotters() {
 		for _, e := range entries {
-			gone[e.Name()] = true
+			if _, err := s.opts.Sandboxes.Get(e.Name()); err != nil {
+				if err := s.removeImageVolumes(ctx, e.Name(), sn); err != nil {
+					log.G(ctx).WithError(err).WithField("sandbox", e.Name()).Warn("remove image volumes of a removed pod")
+				}
+			}
 		}
-	}
-	for _, sn := range s.snapshotters() {
+		var stale []string
 		_ = s.opts.Client.SnapshotService(sn).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 			if rest, ok := strings.CutPrefix(info.Name, imageVolumePrefix); ok {
-				id, _, _ := strings.Cut(rest, "/")
-				gone[id] = true
+				if _, err := os.Stat(filepath.Join(base, rest)); os.IsNotExist(err) {
+					stale = append(stale, info.Name)
+				}
 			}
 			return nil
 		})
-	}
-	for id := range gone {
-		if _, err := s.opts.Sandboxes.Get(id); err == nil {
-			continue
-		}
-		for _, sn := range s.snapshotters() {
-			if err := s.removeImageVolumes(ctx, id, sn); err != nil {
-				log.G(ctx).WithError(err).WithField("sandbox", id).Warn("remove image volumes of a removed pod")
+		for _, key := range stale {
+			if err := s.opts.Client.SnapshotService(sn).Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).WithField("snapshot", key).Warn("remove stale image volume snapshot")
 			}
 		}
 	}

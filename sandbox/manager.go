@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,3 +134,15 @@ func (u undoStack) run(ctx context.Context, what string) {
 
 // PauseImageRef names the pause image sandboxes run.
 func (m *Manager) PauseImageRef() string { return m.opts.PauseImageRef }
+
+// Snapshotters lists the runtime handlers' snapshotters, each once, sorted.
+func (m *Manager) Snapshotters() []string {
+	var out []string
+	for _, rt := range m.opts.Runtimes {
+		if !slices.Contains(out, rt.Snapshotter) {
+			out = append(out, rt.Snapshotter)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -53,15 +53,11 @@ func encodeRecord(sb *Sandbox) (*anypb.Any, error) {
 		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs,
 	}
 	overhead, resources := sb.PodResources()
-	if overhead != nil {
-		if rec.Overhead, err = protojson.Marshal(overhead); err != nil {
-			return nil, err
-		}
+	if rec.Overhead, err = encodeResources(overhead); err != nil {
+		return nil, err
 	}
-	if resources != nil {
-		if rec.Resources, err = protojson.Marshal(resources); err != nil {
-			return nil, err
-		}
+	if rec.Resources, err = encodeResources(resources); err != nil {
+		return nil, err
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -90,20 +86,30 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 		ID: c.ID, Name: rec.Name, Config: cfg, RuntimeHandler: rec.RuntimeHandler,
 		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, state: StateNotReady,
 	}
-	for _, f := range []struct {
-		raw json.RawMessage
-		dst **runtimeapi.LinuxContainerResources
-	}{{rec.Overhead, &sb.overhead}, {rec.Resources, &sb.resources}} {
-		if len(f.raw) == 0 {
-			continue
-		}
-		r := &runtimeapi.LinuxContainerResources{}
-		if err := protojson.Unmarshal(f.raw, r); err != nil {
-			return nil, fmt.Errorf("decode sandbox resources %s: %w", c.ID, err)
-		}
-		*f.dst = r
+	var err error
+	if sb.overhead, err = decodeResources(rec.Overhead); err != nil {
+		return nil, fmt.Errorf("decode sandbox overhead %s: %w", c.ID, err)
+	}
+	if sb.resources, err = decodeResources(rec.Resources); err != nil {
+		return nil, fmt.Errorf("decode sandbox resources %s: %w", c.ID, err)
 	}
 	return sb, nil
+}
+
+// encodeResources and decodeResources map nil to an absent field and back.
+func encodeResources(r *runtimeapi.LinuxContainerResources) (json.RawMessage, error) {
+	if r == nil {
+		return nil, nil
+	}
+	return protojson.Marshal(r)
+}
+
+func decodeResources(raw json.RawMessage) (*runtimeapi.LinuxContainerResources, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	r := &runtimeapi.LinuxContainerResources{}
+	return r, protojson.Unmarshal(raw, r)
 }
 
 // withRecord stores the record and phase label on a container being created.

@@ -91,13 +91,8 @@ func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
 // removeOrphanSnapshots deletes snapshots keyed by a sandbox id with no container: a
 // Run that died inside NewContainer, between snapshot and container record.
 func (m *Manager) removeOrphanSnapshots(ctx context.Context, known map[string]bool) {
-	seen := map[string]bool{}
-	for _, rt := range m.opts.Runtimes {
-		if seen[rt.Snapshotter] {
-			continue
-		}
-		seen[rt.Snapshotter] = true
-		sn := m.opts.Client.SnapshotService(rt.Snapshotter)
+	for _, name := range m.Snapshotters() {
+		sn := m.opts.Client.SnapshotService(name)
 		var orphans []string
 		_ = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 			if isID(info.Name) && !known[info.Name] && !m.containerExists(ctx, info.Name) {

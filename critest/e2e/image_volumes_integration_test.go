@@ -3,12 +3,14 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -75,4 +77,32 @@ func TestImageVolumes(t *testing.T) {
 	for _, n := range snapshotNames(t, env.Containerd.Client(t)) {
 		require.False(t, strings.HasPrefix(n, "shimd-imagevolume/"), "snapshot %s left", n)
 	}
+}
+
+// After a reboot the state directory and its mounts are gone while the view
+// snapshots remain on disk: recovery removes such views, and the pod is still removed
+// cleanly (simulated: shimd killed, the volume unmounted and its directory removed).
+func TestImageVolumeViewsWithoutStateAreRemoved(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "imgvol-reboot")
+	cfg := pod.container("whole", "sleep", "3600")
+	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: busyboxImage}}}
+	id := pod.run(cfg)
+	target := containerStatus(t, rs, id).Mounts[0].HostPath
+	_, err := rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.id})
+	require.NoError(t, err)
+
+	env.Shimd.Kill9()
+	require.NoError(t, unix.Unmount(target, 0))
+	require.NoError(t, os.RemoveAll(filepath.Dir(target)))
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+	for _, n := range snapshotNames(t, env.Containerd.Client(t)) {
+		require.False(t, strings.HasPrefix(n, "shimd-imagevolume/"), "view %s left after recovery", n)
+	}
+	stopRemove(t, rs, pod.id)
 }
