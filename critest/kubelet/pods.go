@@ -53,14 +53,17 @@ func (k *Kubelet) manifest(name string) string { return filepath.Join(k.Manifest
 func (k *Kubelet) MirrorName(name string) string { return name + "-" + k.NodeName() }
 
 // Pods returns the kubelet's /pods (static pods with their status).
-func (k *Kubelet) Pods() ([]corev1.Pod, error) {
-	b, err := k.Get("/pods")
+func (k *Kubelet) Pods() ([]corev1.Pod, error) { return k.podList("/pods") }
+
+// podList gets a PodList from the kubelet's API.
+func (k *Kubelet) podList(path string) ([]corev1.Pod, error) {
+	b, err := k.Get(path)
 	if err != nil {
 		return nil, err
 	}
 	var l corev1.PodList
 	if err := json.Unmarshal(b, &l); err != nil {
-		return nil, fmt.Errorf("decode /pods: %w", err)
+		return nil, fmt.Errorf("decode %s: %w", path, err)
 	}
 	return l.Items, nil
 }
@@ -80,17 +83,7 @@ func (k *Kubelet) Pod(name string) (*corev1.Pod, error) {
 }
 
 // RunningPods returns the kubelet's /runningpods/ (pods as the runtime reports them).
-func (k *Kubelet) RunningPods() ([]corev1.Pod, error) {
-	b, err := k.Get("/runningpods/")
-	if err != nil {
-		return nil, err
-	}
-	var l corev1.PodList
-	if err := json.Unmarshal(b, &l); err != nil {
-		return nil, fmt.Errorf("decode /runningpods/: %w", err)
-	}
-	return l.Items, nil
-}
+func (k *Kubelet) RunningPods() ([]corev1.Pod, error) { return k.podList("/runningpods/") }
 
 // LogOptions for ContainerLogs; zero values are left out.
 type LogOptions struct {
