@@ -222,7 +222,7 @@ func TestPullVerifiesStreamedLayers(t *testing.T) {
 	}
 	// Nothing but committed snapshots of good layers may exist: none yet.
 	cl := env.Containerd.Client(t)
-	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), "shimd")
+	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), env.Namespace)
 	require.Empty(t, snapshotNames(t, cl), "snapshots left by failed pulls")
 
 	ref := host + "/repo/img:good"
@@ -263,7 +263,7 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
 	}})
 	cl := env.Containerd.Client(t)
-	ctx := namespaces.WithNamespace(ctxT(t, 2*time.Minute), "shimd")
+	ctx := namespaces.WithNamespace(ctxT(t, 2*time.Minute), env.Namespace)
 
 	ref := host + "/repo/img:v1"
 	is := env.Shimd.Images(t)
@@ -344,7 +344,7 @@ func TestConcurrentPullsShareLayers(t *testing.T) {
 // snapshotNames lists the overlayfs snapshots in shimd's namespace.
 func snapshotNames(t *testing.T, cl *client.Client) []string {
 	var names []string
-	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), "shimd")
+	ctx := ctxT(t, time.Minute) // the client's default namespace is the Env's
 	require.NoError(t, cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error {
 		names = append(names, i.Name)
 		return nil

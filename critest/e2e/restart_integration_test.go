@@ -64,7 +64,7 @@ func TestKill9RestartRecoversSandboxes(t *testing.T) {
 func killPause(t *testing.T, env *harness.Env, id string) {
 	t.Helper()
 	cl := env.Containerd.Client(t)
-	ctx := namespaces.WithNamespace(context.Background(), "shimd")
+	ctx := namespaces.WithNamespace(context.Background(), env.Namespace)
 	c, err := cl.LoadContainer(ctx, id)
 	require.NoError(t, err)
 	task, err := c.Task(ctx, nil)

@@ -36,8 +36,9 @@ type Env struct {
 	CNI *CNINetwork
 	// Shimd is nil when Options.NoShimd is set.
 	Shimd *Shimd
-	// Namespace is the containerd namespace the leak check inspects: "shimd",
-	// or "k8s.io" for containerd's own CRI plugin (NoShimd with WithCRI).
+	// Namespace is the containerd namespace the leak check inspects: shimd's
+	// (one of its own per Env, "shimd-" and 6 hex digits), or "k8s.io" for
+	// containerd's own CRI plugin (NoShimd with WithCRI).
 	Namespace string
 }
 
@@ -47,6 +48,8 @@ type Env struct {
 func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	e := &Env{Base: NewBaseDir(t), Tools: Tools(), Namespace: "shimd"}
+	// Last of all: the namespace's parent cgroups (/<namespace>), left empty.
+	t.Cleanup(func() { removeNamespaceCgroups(e.Namespace) })
 
 	// The conf dir shimd will use; also the CRI plugin's when NoShimd.
 	confDir := (&Shimd{dir: e.Base}).CNIConfDir()
@@ -56,6 +59,14 @@ func New(t testing.TB, opts Options) *Env {
 
 	copts := opts.Containerd
 	copts.Dir = filepath.Join(e.Base, "c")
+	if !opts.NoShimd {
+		if opts.Shimd.Namespace == "" {
+			opts.Shimd.Namespace = "shimd-" + randHex(3)
+		}
+		if copts.Namespace == "" {
+			copts.Namespace = opts.Shimd.Namespace
+		}
+	}
 	if copts.WithCRI && copts.CNIConfDir == "" {
 		copts.CNIConfDir = confDir
 	}
@@ -74,7 +85,7 @@ func New(t testing.TB, opts Options) *Env {
 			sopts.RuncRoot = filepath.Join(e.Base, "runc")
 		}
 		e.Shimd = StartShimd(t, sopts)
-		e.Namespace = "shimd"
+		e.Namespace = e.Shimd.Namespace()
 	}
 
 	if !opts.SkipLeakCheck {

@@ -21,8 +21,9 @@ const DefaultLeakTimeout = 20 * time.Second
 
 // LeakCheck says what AssertNoLeaks inspects; nil fields are skipped.
 type LeakCheck struct {
-	// Containerd: no containers and no active or view snapshots in
-	// Namespace; no mounts under its root or state; no process (other than
+	// Containerd: no containers, leases, or active or view snapshots in
+	// Namespace, no cgroup under /<Namespace> in any hierarchy; no mounts
+	// under its root or state; no process (other than
 	// the daemons) whose command line names its address or directory, such
 	// as a shim, nor any descendant of one (pause, runc, workloads).
 	Containerd *Containerd
@@ -81,7 +82,9 @@ func FindLeaks(ctx context.Context, c LeakCheck) []string {
 		if cd.PID() == 0 {
 			add("containerd is not running: cannot check containers and snapshots")
 		} else {
-			leaks = append(leaks, containerdLeaks(ctx, cd, or(c.Namespace, cd.Namespace()))...)
+			ns := or(c.Namespace, cd.Namespace())
+			leaks = append(leaks, containerdLeaks(ctx, cd, ns)...)
+			leaks = append(leaks, cgroupLeaks(ns)...)
 		}
 	}
 	if s := c.Shimd; s != nil {
@@ -142,6 +145,13 @@ func containerdLeaks(ctx context.Context, cd *Containerd, ns string) []string {
 	for _, ctr := range ctrs {
 		leaks = append(leaks, fmt.Sprintf("containerd container %s/%s (image %q, snapshot %s/%s, labels %v)",
 			ns, ctr.ID, ctr.Image, ctr.Snapshotter, ctr.SnapshotKey, ctr.Labels))
+	}
+	ls, err := cl.LeasesService().List(ctx)
+	if err != nil {
+		leaks = append(leaks, fmt.Sprintf("cannot list leases in %s: %v", ns, err))
+	}
+	for _, l := range ls {
+		leaks = append(leaks, fmt.Sprintf("lease %s/%s (created %s, labels %v)", ns, l.ID, l.CreatedAt.Format(time.RFC3339), l.Labels))
 	}
 	for _, sn := range snapshotters(ctx, cl) {
 		err := cl.SnapshotService(sn).Walk(ctx, func(_ context.Context, info snapshots.Info) error {

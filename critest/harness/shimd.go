@@ -37,11 +37,16 @@ type ShimdOptions struct {
 	// NoCNIConfig leaves the CNI conf dir empty (for NetworkReady=false
 	// tests). StartShimd never writes a network itself; New honours this.
 	NoCNIConfig bool
+	// Namespace is shimd's containerd namespace. Empty: "shimd". New gives
+	// every Env its own, so that cgroups (/<namespace>/<id>) of concurrent
+	// test runs never meet.
+	Namespace string
 }
 
 // Shimd is a shimd daemon started by the harness.
 type Shimd struct {
 	dir     string
+	ns      string
 	cfgPath string
 	proc    *daemon
 	crictl  string
@@ -67,7 +72,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 	if dir == "" {
 		dir = NewBaseDir(t)
 	}
-	s := &Shimd{dir: dir, cfgPath: filepath.Join(dir, "shimd.toml"), crictl: tools.Crictl}
+	s := &Shimd{dir: dir, ns: or(opts.Namespace, "shimd"), cfgPath: filepath.Join(dir, "shimd.toml"), crictl: tools.Crictl}
 	for _, d := range []string{s.CNIConfDir(), s.CNICacheDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("harness: %v", err)
@@ -112,7 +117,7 @@ func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string) string 
 	if extra != "" {
 		fmt.Fprintf(&b, "\n%s\n\n", strings.TrimSpace(extra))
 	}
-	fmt.Fprintf(&b, "[containerd]\naddress = %s\nnamespace = %s\n\n", q(containerdAddr), q("shimd"))
+	fmt.Fprintf(&b, "[containerd]\naddress = %s\nnamespace = %s\n\n", q(containerdAddr), q(s.ns))
 	fmt.Fprintf(&b, "[cni]\nconf_dir = %s\nbin_dirs = [%s]\ncache_dir = %s\n\n",
 		q(s.CNIConfDir()), q(CNIBinDir), q(s.CNICacheDir()))
 	fmt.Fprintf(&b, "[runtimes.runc]\ntype = %s\nbinary_name = %s\n", q("io.containerd.runc.v2"), q(runc))
@@ -136,6 +141,9 @@ func (s *Shimd) StateDir() string { return filepath.Join(s.dir, "state") }
 
 // NetnsDir is where shimd keeps network namespace files (<state_dir>/netns).
 func (s *Shimd) NetnsDir() string { return filepath.Join(s.StateDir(), "netns") }
+
+// Namespace is shimd's containerd namespace.
+func (s *Shimd) Namespace() string { return s.ns }
 
 // CNIConfDir is the CNI conf_dir; write a network there with WriteCNIConfig.
 func (s *Shimd) CNIConfDir() string { return filepath.Join(s.dir, "net.d") }

@@ -1,0 +1,79 @@
+package harness
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// cgroupMounts lists the mount points of every cgroup hierarchy (v1
+// controllers and the cgroup2 mount of a hybrid host).
+func cgroupMounts() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m, ok := parseMountinfo(sc.Text())
+		if !ok || (m.FSType != "cgroup" && m.FSType != "cgroup2") || seen[m.Point] {
+			continue
+		}
+		seen[m.Point] = true
+		out = append(out, m.Point)
+	}
+	return out, sc.Err()
+}
+
+// cgroupLeaks lists the cgroups left under /<namespace> in any hierarchy:
+// containerd's default cgroup of a task is /<namespace>/<id>, and runc
+// removes it with the task.
+func cgroupLeaks(namespace string) []string {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return []string{fmt.Sprintf("cannot list cgroup mounts: %v", err)}
+	}
+	var leaks []string
+	for _, mnt := range mounts {
+		dir := filepath.Join(mnt, namespace)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			if !os.IsNotExist(err) {
+				leaks = append(leaks, fmt.Sprintf("cannot read %s: %v", dir, err))
+			}
+			continue
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				leaks = append(leaks, "cgroup "+filepath.Join(dir, e.Name())+procsIn(filepath.Join(dir, e.Name())))
+			}
+		}
+	}
+	return leaks
+}
+
+// procsIn describes the processes in a cgroup, for a leak message.
+func procsIn(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return " (empty)"
+	}
+	return " (pids " + strings.Join(strings.Fields(string(b)), ",") + ")"
+}
+
+// removeNamespaceCgroups removes the empty /<namespace> parents runc made
+// in every hierarchy; the namespace's own cgroups were checked before.
+func removeNamespaceCgroups(namespace string) {
+	if !strings.HasPrefix(namespace, "shimd-") || strings.Contains(namespace, "/") {
+		return
+	}
+	mounts, _ := cgroupMounts()
+	for _, mnt := range mounts {
+		_ = os.Remove(filepath.Join(mnt, namespace))
+	}
+}
