@@ -9,8 +9,10 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/sandbox"
 )
 
 // loadSpecFiles reads what the spec builder needs from disk: a Localhost seccomp
@@ -61,10 +63,27 @@ func (s *Service) deleteContainerd(ctx context.Context, c *Container) error {
 			return fmt.Errorf("delete task of container %s: %w", c.ID, err)
 		}
 	}
+	// runc removes the cgroup with the task, unless a crash cut it short.
+	if err := sandbox.RemoveCgroup(s.cgroupDir(ctx, c, cc)); err != nil {
+		log.G(ctx).WithError(err).WithField("container", c.ID).Warn("remove cgroup")
+	}
 	if err := cc.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container %s: %w", c.ID, err)
 	}
 	return nil
+}
+
+// cgroupDir is the container's cgroup (see sandbox.CgroupDir), from its pod's config
+// or, when the pod is gone, from the spec containerd holds.
+func (s *Service) cgroupDir(ctx context.Context, c *Container, cc client.Container) string {
+	if sb, err := s.opts.Sandboxes.Get(c.SandboxID); err == nil {
+		return sandbox.CgroupDir(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver, s.opts.Namespace)
+	}
+	sp, err := cc.Spec(ctx)
+	if err != nil || sp.Linux == nil || s.opts.CgroupDriver == "systemd" {
+		return ""
+	}
+	return sp.Linux.CgroupsPath
 }
 
 // fifoDir is where the stdio FIFOs of a container live.

@@ -16,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/sandbox"
 )
 
 // A container's durable record is its containerd container: labels and a versioned
@@ -24,7 +25,7 @@ import (
 const (
 	labelKind            = "io.shimd.kind"
 	kindContainer        = "container"
-	labelSandbox         = "io.shimd.sandbox"
+	labelSandbox         = sandbox.LabelSandbox
 	labelName            = "io.shimd.name"
 	containerExtension   = "io.shimd.container"
 	containerExtTypeURL  = "io.shimd/container.v1"

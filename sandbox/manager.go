@@ -38,16 +38,19 @@ type Runtime struct {
 
 // Options configures a Manager.
 type Options struct {
-	Client         *client.Client
-	Namespace      string
-	RootDir        string
-	StateDir       string
-	CgroupDriver   string
-	Runtimes       map[string]Runtime
-	DefaultRuntime string
-	Network        Network
-	PauseImage     PauseImages
-	PauseImageRef  string
+	Client *client.Client
+	// ContainerdAddress is containerd's socket: its shims name it on their command
+	// line and derive their sockets from it.
+	ContainerdAddress string
+	Namespace         string
+	RootDir           string
+	StateDir          string
+	CgroupDriver      string
+	Runtimes          map[string]Runtime
+	DefaultRuntime    string
+	Network           Network
+	PauseImage        PauseImages
+	PauseImageRef     string
 	// MinOOMScoreAdj is shimd's own oom_score_adj; nothing is given less.
 	MinOOMScoreAdj int
 	// CleanupTimeout bounds undo and teardown work detached from a request.

@@ -17,10 +17,12 @@ import (
 // The sandbox record lives in containerd: the pause container carries these labels and
 // a versioned JSON extension. There is no other durable store.
 const (
-	LabelKind        = "io.shimd.kind"
-	KindSandbox      = "sandbox"
-	LabelName        = "io.shimd.name"
-	LabelPhase       = "io.shimd.phase"
+	LabelKind   = "io.shimd.kind"
+	KindSandbox = "sandbox"
+	LabelName   = "io.shimd.name"
+	LabelPhase  = "io.shimd.phase"
+	// LabelSandbox is the label of a container record naming its sandbox.
+	LabelSandbox     = "io.shimd.sandbox"
 	PhaseCreating    = "creating" // Run has not finished; recovery undoes such a sandbox
 	PhaseCreated     = "created"
 	extensionName    = "io.shimd.sandbox"

@@ -62,6 +62,25 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
+// Sweep runs after the sandboxes and containers are recovered, before shimd serves:
+// it stops the shims no task uses and removes the cgroups no container has, both
+// leftovers of a crash in the middle of a task's create or delete.
+func (m *Manager) Sweep(ctx context.Context) error {
+	if _, err := m.ReapOrphanShims(ctx); err != nil {
+		return err
+	}
+	ctrs, err := m.opts.Client.ContainerService().List(ctx)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	known := map[string]bool{}
+	for _, c := range ctrs {
+		known[c.ID] = true
+	}
+	m.removeOrphanCgroups(ctx, func(id string) bool { return known[id] })
+	return nil
+}
+
 // removeOrphans deletes per-sandbox resources that belong to no known sandbox.
 func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
 	for _, dir := range []string{m.netnsDir(), m.usernsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")} {

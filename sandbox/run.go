@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
 )
 
@@ -119,6 +120,10 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 			return ignoreNotFound(err)
 		})
 	}
+	if taskErr != nil {
+		// A runc create that failed half way may leave the cgroup it made.
+		undo.push(func(ctx context.Context) error { m.removeCgroup(ctx, sb); return nil })
+	}
 	if err := errors.Join(taskErr, netErr); err != nil {
 		return nil, err
 	}
@@ -173,11 +178,11 @@ func SnapshotOpts(sb *Sandbox) []snapshots.Opt {
 
 // createPauseContainer writes the sandbox's containerd container, phase "creating".
 func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runtime) (client.Container, error) {
-	image, err := m.opts.PauseImage.Ensure(ctx, rt.Snapshotter)
+	img, err := m.opts.PauseImage.Ensure(ctx, rt.Snapshotter)
 	if err != nil {
 		return nil, fmt.Errorf("pause image: %w", err)
 	}
-	args, env, err := m.imageProcess(ctx, image)
+	args, env, err := m.imageProcess(ctx, img)
 	if err != nil {
 		return nil, err
 	}
@@ -188,10 +193,17 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 	if err != nil {
 		return nil, fmt.Errorf("pause spec: %w", err)
 	}
+	// shimd's labelled lease, not the client's default one: a lease left by a crash
+	// here is deleted by recovery instead of holding the snapshot for a day.
+	ctx, done, err := image.WithLease(ctx, m.opts.Client, "sandbox")
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	defer done(context.WithoutCancel(ctx)) //nolint:errcheck // recovery deletes it otherwise
 	container, err := m.opts.Client.NewContainer(ctx, sb.ID,
 		client.WithSnapshotter(rt.Snapshotter),
-		client.WithNewSnapshot(sb.ID, image, SnapshotOpts(sb)...),
-		client.WithImageName(image.Name()),
+		client.WithNewSnapshot(sb.ID, img, SnapshotOpts(sb)...),
+		client.WithImageName(img.Name()),
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(spec),
 		withRecord(sb, PhaseCreating),

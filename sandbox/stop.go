@@ -44,6 +44,9 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 		netc <- m.removeNamespaces(sb)
 	}()
 	taskErr := m.deleteTask(ctx, sb.ID)
+	if taskErr == nil {
+		m.removeCgroup(ctx, sb)
+	}
 	if err := errors.Join(taskErr, <-netc); err != nil {
 		return err
 	}
@@ -126,7 +129,11 @@ func (m *Manager) deleteContainer(ctx context.Context, id string) error {
 // destroy removes every trace of a sandbox whose Run never finished (recovery).
 func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
 	var errs []error
-	errs = append(errs, m.deleteTask(ctx, sb.ID))
+	if err := m.deleteTask(ctx, sb.ID); err != nil {
+		errs = append(errs, err)
+	} else {
+		m.removeCgroup(ctx, sb)
+	}
 	if sb.NetNSPath != "" {
 		errs = append(errs, m.opts.Network.Teardown(ctx, m.attachment(sb)))
 	}

@@ -135,7 +135,7 @@ func run(cfg Config) error {
 	var ready atomic.Bool
 	srv := newGRPCServer(&ready, w.runtime, w.images)
 
-	go recoverUntilDone(ctx, &ready, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover)
+	go recoverUntilDone(ctx, &ready, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
 	go w.sandboxes.Monitor(ctx)
 	log.G(ctx).WithField("socket", cfg.Socket).WithField("version", version).Info("shimd serving")
 	return serveUntil(ctx, srv, l, 30*time.Second)
@@ -177,8 +177,8 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 	// CAP_SYS_RESOURCE on some nodes).
 	minOOM := sandbox.OwnOOMScoreAdj(os.ReadFile)
 	sandboxes := sandbox.NewManager(sandbox.Options{
-		Client: cl, Namespace: cfg.Containerd.Namespace, RootDir: cfg.RootDir, StateDir: cfg.StateDir,
-		CgroupDriver: cfg.CgroupDriver, Runtimes: runtimes, DefaultRuntime: cfg.DefaultRuntime,
+		Client: cl, ContainerdAddress: cfg.Containerd.Address, Namespace: cfg.Containerd.Namespace,
+		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Runtimes: runtimes, DefaultRuntime: cfg.DefaultRuntime,
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef,
 		MinOOMScoreAdj: minOOM,
 	})

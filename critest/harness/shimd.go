@@ -27,6 +27,9 @@ type ShimdOptions struct {
 	Dir string
 	// Runc is the runc binary. Empty: Tools().Runc.
 	Runc string
+	// RuntimeType of [runtimes.runc]. Empty: io.containerd.runc.v2. An absolute
+	// path names the shim binary itself (containerd runs it as given).
+	RuntimeType string
 	// RuncRoot, if set, is written as [runtimes.runc] root (runc --root).
 	// Empty: the key is left out and shimd uses its default.
 	RuncRoot string
@@ -82,6 +85,9 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 		t.Fatalf("harness: socket path %s is too long for a unix socket", s.Socket())
 	}
 	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig)
+	if opts.RuntimeType != "" {
+		cfg = strings.Replace(cfg, strconv.Quote("io.containerd.runc.v2"), strconv.Quote(opts.RuntimeType), 1)
+	}
 	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("harness: %v", err)
 	}

@@ -1,0 +1,218 @@
+//go:build integration
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// pausingRunc is a runc wrapper that, once armed for a runc command (create, start,
+// kill, delete), stops the next such call for a few seconds before running it, so a
+// test can kill shimd or containerd while a task is half created or half deleted.
+// Armed for "after-<cmd>", it pauses after runc <cmd> did its work instead.
+type pausingRunc struct {
+	t    *testing.T
+	dir  string
+	path string
+}
+
+func newPausingRunc(t *testing.T) *pausingRunc {
+	dir, err := os.MkdirTemp("", "shimd-runc-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	r := &pausingRunc{t: t, dir: dir, path: filepath.Join(dir, "runc")}
+	script := fmt.Sprintf(`#!/bin/sh
+cmd=
+for a in "$@"; do
+	case "$a" in create|start|kill|delete) cmd=$a; break ;; esac
+done
+if [ -n "$cmd" ] && rm "%[1]s/arm-$cmd" 2>/dev/null; then
+	touch "%[1]s/reached-$cmd"
+	sleep 4
+fi
+if [ -n "$cmd" ] && rm "%[1]s/arm-after-$cmd" 2>/dev/null; then
+	%[2]s "$@"
+	rc=$?
+	touch "%[1]s/reached-after-$cmd"
+	sleep 4
+	exit $rc
+fi
+exec %[2]s "$@"
+`, dir, harness.Tools().Runc)
+	require.NoError(t, os.WriteFile(r.path, []byte(script), 0o755))
+	return r
+}
+
+// arm makes the next runc <cmd> pause.
+func (r *pausingRunc) arm(cmd string) {
+	require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, "arm-"+cmd), nil, 0o644))
+}
+
+// waitReached waits until an armed runc <cmd> is pausing.
+func (r *pausingRunc) waitReached(cmd string) {
+	r.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(r.dir, "reached-"+cmd)); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("runc %s was not reached", cmd)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pausingShim wraps the runc shim: once armed, the next "start" (which starts the
+// shim daemon and tells containerd its address) pauses after the daemon started,
+// before containerd has recorded it.
+func (r *pausingRunc) pausingShim() string {
+	path := filepath.Join(r.dir, "containerd-shim-runc-v2")
+	script := fmt.Sprintf(`#!/bin/sh
+for last in "$@"; do :; done
+if [ "$last" = start ] && rm "%[1]s/arm-shim-start" 2>/dev/null; then
+	out=$(%[2]s "$@")
+	rc=$?
+	touch "%[1]s/reached-shim-start"
+	sleep 4
+	printf '%%s' "$out"
+	exit $rc
+fi
+exec %[2]s "$@"
+`, r.dir, filepath.Join(harness.Tools().BinDir, "containerd-shim-runc-v2"))
+	require.NoError(r.t, os.WriteFile(path, []byte(script), 0o755))
+	return path
+}
+
+// crashEnv is an Env whose runc can be paused.
+func crashEnv(t *testing.T) (*harness.Env, *pausingRunc) {
+	requireRoot(t)
+	r := newPausingRunc(t)
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{Runc: r.path}})
+	return env, r
+}
+
+// kill -9 of shimd while StopPodSandbox deletes the pause task: after the restart,
+// Stop and Remove succeed and leave no shim, cgroup, lease or anything else.
+func TestKill9DuringStopPodSandboxLeavesNothing(t *testing.T) {
+	env, r := crashEnv(t)
+	rs := env.Shimd.Runtime(t)
+	id := runPod(t, rs, podConfig("stopcrash"))
+
+	r.arm("delete")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+		errc <- err
+	}()
+	r.waitReached("delete")
+	env.Shimd.Kill9()
+	<-errc
+	time.Sleep(5 * time.Second) // the paused runc delete finishes on its own
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+	stopRemove(t, rs, id)
+	env.CheckNoLeaks(t)
+}
+
+// kill -9 of shimd while RunPodSandbox creates the pause task: recovery undoes the
+// sandbox whole, shim and cgroup included.
+func TestKill9DuringRunPodSandboxLeavesNothing(t *testing.T) {
+	env, r := crashEnv(t)
+	rs := env.Shimd.Runtime(t)
+
+	r.arm("after-create")
+	go func() {
+		_, _ = rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("runcrash")})
+	}()
+	r.waitReached("after-create")
+	env.Shimd.Kill9()
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+	require.Empty(t, listPods(t, rs, nil))
+	env.CheckNoLeaks(t)
+}
+
+// containerd killed while RunPodSandbox creates the pause task: once containerd and
+// shimd are back, nothing of that sandbox is left, no shim process in particular.
+func TestContainerdKilledDuringRunPodSandboxLeavesNothing(t *testing.T) {
+	env, r := crashEnv(t)
+	rs := env.Shimd.Runtime(t)
+
+	r.arm("create")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdcrash")})
+		errc <- err
+	}()
+	r.waitReached("create")
+	env.Containerd.Kill()
+	require.Error(t, <-errc)
+	time.Sleep(5 * time.Second) // the paused runc create finishes on its own
+	env.Containerd.Restart(t)
+	rs = restartShimd(t, env)
+	require.Empty(t, listPods(t, rs, nil))
+	env.CheckNoLeaks(t)
+}
+
+// containerd killed while StartContainer creates the task: once both are back, the
+// container and its pod can be removed and leave no cgroup or shim.
+func TestContainerdKilledDuringStartContainerLeavesNothing(t *testing.T) {
+	env, r := crashEnv(t)
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "startcrash")
+	id := pod.create(pod.container("main", "sleep", "1000"))
+
+	r.arm("create")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+		errc <- err
+	}()
+	r.waitReached("create")
+	env.Containerd.Kill()
+	require.Error(t, <-errc)
+	time.Sleep(5 * time.Second)
+	env.Containerd.Restart(t)
+	rs = restartShimd(t, env)
+	_, err := rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+	require.NoError(t, err)
+	stopRemove(t, rs, pod.id)
+	env.CheckNoLeaks(t)
+}
+
+// containerd killed right after it started the pause task's shim, before it recorded
+// it: the restarted containerd no longer knows that shim. After shimd's recovery no
+// shim process of the sandbox is left.
+func TestContainerdKilledDuringShimStartLeavesNoShim(t *testing.T) {
+	requireRoot(t)
+	r := newPausingRunc(t)
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{RuntimeType: r.pausingShim()}})
+	rs := env.Shimd.Runtime(t)
+
+	r.arm("shim-start")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("shimcrash")})
+		errc <- err
+	}()
+	r.waitReached("shim-start")
+	env.Containerd.Kill()
+	require.Error(t, <-errc)
+	env.Containerd.Restart(t)
+	rs = restartShimd(t, env)
+	require.Empty(t, listPods(t, rs, nil))
+	env.CheckNoLeaks(t)
+}

@@ -1,0 +1,222 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	taskv2 "github.com/containerd/containerd/api/runtime/task/v2"
+	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/log"
+	"github.com/containerd/ttrpc"
+)
+
+// Orphaned shims. containerd runs a shim process per pod (containers of a pod share
+// the shim of its pause task, started with -id <sandbox id>). A crash of shimd or of
+// containerd in the middle of a task's create or delete can leave a shim that no
+// task of containerd's refers to: containerd forgot it (it died before recording
+// the task) or the delete was cut short after the task went. Nobody would ever stop
+// such a shim, so recovery does.
+//
+// Assumptions: a shim's command line is `containerd-shim-* -namespace NS -id ID
+// -address ADDR ...`; its socket is the one containerd's pkg/shim derives from ADDR,
+// NS and ID (the grouping id); ids of shimd's shims are sandbox or container ids.
+
+// shimProc is a running shim of shimd's namespace and containerd.
+type shimProc struct {
+	pid int
+	id  string
+}
+
+// findShims lists the shim processes of namespace ns serving the containerd at address.
+func findShims(address, ns string) ([]shimProc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []shimProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.HasPrefix([]byte(filepath.Base(string(bytes.SplitN(raw, []byte{0}, 2)[0]))), []byte("containerd-shim")) {
+			continue
+		}
+		flags := shimFlags(strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")[1:])
+		if flags["namespace"] == ns && flags["address"] == address && isID(flags["id"]) {
+			out = append(out, shimProc{pid: pid, id: flags["id"]})
+		}
+	}
+	return out, nil
+}
+
+// shimFlags reads "-name value" pairs (Go flag syntax, one or two dashes).
+func shimFlags(args []string) map[string]string {
+	m := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		name := strings.TrimLeft(args[i], "-")
+		if name == args[i] {
+			continue
+		}
+		if k, v, ok := strings.Cut(name, "="); ok {
+			m[k] = v
+		} else if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			m[name] = args[i+1]
+			i++
+		}
+	}
+	return m
+}
+
+// ReapOrphanShims stops the shims that serve no task containerd knows: a shim is kept
+// if its id is a task's, or the sandbox of a task's container (a pod's shim). Run
+// before serving: any other shim is a leftover of a crash. Returns how many it stopped.
+func (m *Manager) ReapOrphanShims(ctx context.Context) (int, error) {
+	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
+	if err != nil || len(shims) == 0 {
+		return 0, err
+	}
+	tasks, err := m.opts.Client.TaskService().List(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("list tasks: %w", err)
+	}
+	ctrs, err := m.opts.Client.ContainerService().List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list containers: %w", err)
+	}
+	sandboxOf := map[string]string{}
+	for _, c := range ctrs {
+		sandboxOf[c.ID] = c.Labels[LabelSandbox]
+	}
+	keep := map[string]bool{}
+	for _, t := range tasks.Tasks {
+		keep[t.ID] = true
+		keep[sandboxOf[t.ID]] = true
+	}
+	n := 0
+	for _, s := range shims {
+		if keep[s.id] {
+			continue
+		}
+		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
+		if err := m.stopShim(ctx, s); err != nil {
+			log.G(ctx).WithError(err).Warn("stop orphaned shim")
+			continue
+		}
+		log.G(ctx).Info("stopped orphaned shim")
+		n++
+	}
+	return n, nil
+}
+
+// stopShim asks a shim to delete its task (runc delete --force: the process and its
+// cgroup go) and to shut down, and waits for it to exit. A shim that still serves
+// other containers stays, and that is an error.
+func (m *Manager) stopShim(ctx context.Context, s shimProc) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sock, err := listeningSocket(s.pid, shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, s.id))
+	if err != nil {
+		return err
+	}
+	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("connect to shim: %w", err)
+	}
+	tc := ttrpc.NewClient(conn)
+	defer tc.Close()
+	// containerd 2.x shims serve task API v3, 1.6 shims v2.
+	if _, err := taskv3.NewTTRPCTaskClient(tc).Delete(ctx, &taskv3.DeleteRequest{ID: s.id}); isUnimplemented(err) {
+		v2 := taskv2.NewTTRPCTaskClient(tc)
+		_, _ = v2.Delete(ctx, &taskv2.DeleteRequest{ID: s.id})
+		_, _ = v2.Shutdown(ctx, &taskv2.ShutdownRequest{ID: s.id, Now: true})
+	} else {
+		_, _ = taskv3.NewTTRPCTaskClient(tc).Shutdown(ctx, &taskv3.ShutdownRequest{ID: s.id, Now: true})
+	}
+	for ctx.Err() == nil {
+		if exited(s.pid) {
+			// A shim whose bundle is gone cannot find its socket to remove it.
+			_ = os.Remove(sock)
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("the shim did not exit: it still serves other tasks")
+}
+
+// shimSocketName is the file name of a shim's task API socket: containerd's pkg/shim
+// (CreateSocketAddress) names it sha256(<address>/<namespace>/<grouping id>), in a
+// socket directory of containerd's configuration (/run/containerd/s by default). Its
+// debug socket, in the same directory, is named after ".../debug".
+func shimSocketName(address, ns, id string) string {
+	return fmt.Sprintf("%x", sha256.Sum256([]byte(filepath.Join(address, ns, id))))
+}
+
+// listeningSocket finds the path of the unix socket named name that process pid
+// listens on: the socket inodes among its descriptors, looked up in /proc/net/unix.
+// This finds the socket directory, which shimd does not know.
+func listeningSocket(pid int, name string) (string, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return "", err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if ino, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", pid))
+	if err != nil {
+		return "", err
+	}
+	return socketPathOf(string(table), inodes, name)
+}
+
+// socketPathOf picks, from a /proc/net/unix table, the path of the listening socket
+// (flag __SO_ACCEPTCON) named name among inodes.
+func socketPathOf(table string, inodes map[string]bool, name string) (string, error) {
+	const acceptCon = 0x10000
+	for _, line := range strings.Split(table, "\n")[1:] {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) < 8 || !inodes[f[6]] {
+			continue
+		}
+		if flags, err := strconv.ParseUint(f[3], 16, 32); err == nil && flags&acceptCon != 0 && filepath.Base(f[7]) == name {
+			return f[7], nil
+		}
+	}
+	return "", errors.New("the shim listens on no unix socket")
+}
+
+// exited tells whether process pid is gone or a zombie (its parent, init, may not reap).
+func exited(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...; comm may hold spaces and parentheses.
+	rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+	f := strings.Fields(string(rest))
+	return len(f) > 0 && f[0] == "Z"
+}
+
+func isUnimplemented(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "not implemented") || strings.Contains(err.Error(), "Unimplemented"))
+}

@@ -1,0 +1,54 @@
+package sandbox
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestShimFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want map[string]string
+	}{
+		{"runc shim", []string{"-namespace", "shimd", "-id", "abc", "-address", "/run/c.sock", "-debug"},
+			map[string]string{"namespace": "shimd", "id": "abc", "address": "/run/c.sock"}},
+		{"equals and double dash", []string{"--namespace=k8s.io", "-id=x"}, map[string]string{"namespace": "k8s.io", "id": "x"}},
+		{"bare words ignored", []string{"start", "-id", "y"}, map[string]string{"id": "y"}},
+		{"flag without value", []string{"-id"}, map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, shimFlags(tc.args))
+		})
+	}
+}
+
+func TestSocketPathOf(t *testing.T) {
+	table := "Num       RefCount Protocol Flags    Type St Inode Path\n" +
+		"0000000000000000: 00000002 00000000 00010000 0001 01 111 /run/containerd/s/abc\n" +
+		"0000000000000000: 00000003 00000000 00000000 0001 03 222 /run/containerd/s/abc\n" +
+		"0000000000000000: 00000002 00000000 00010000 0001 01 333 /other.sock\n" +
+		"0000000000000000: 00000003 00000000 00000000 0001 03 444\n"
+	p, err := socketPathOf(table, map[string]bool{"222": true, "111": true, "333": true, "444": true}, "abc")
+	require.NoError(t, err)
+	require.Equal(t, "/run/containerd/s/abc", p)
+	_, err = socketPathOf(table, map[string]bool{"222": true, "444": true}, "abc")
+	require.Error(t, err, "connected sockets are not listening ones")
+	_, err = socketPathOf(table, map[string]bool{"333": true}, "abc")
+	require.Error(t, err, "a listening socket of another name (the debug socket) is not the one")
+}
+
+func TestShimSocketName(t *testing.T) {
+	// Seen in containerd 2.4.2's log: "connecting to shim <id>" with this address.
+	require.Equal(t, "0fcd7926e54e6f25e38f41716b95eba4628c77c302916150a80a9fb3e0aeab6d",
+		shimSocketName("/tmp/shimd-it-4228702219/c/containerd.sock", "shimd-ea1e22",
+			"fa815b467e02a69af443fc30eff1f24ebf742a24418673d34502afa1668c1fde"))
+}
+
+func TestCgroupDir(t *testing.T) {
+	require.Equal(t, "/shimd/id1", CgroupDir("", "id1", "cgroupfs", "shimd"))
+	require.Equal(t, "/kubepods/pod1/id1", CgroupDir("/kubepods/pod1", "id1", "cgroupfs", "shimd"))
+	require.Equal(t, "", CgroupDir("/kubepods.slice", "id1", "systemd", "shimd"))
+	require.NoError(t, RemoveCgroup(""), "no cgroup, nothing to do")
+}
