@@ -41,6 +41,10 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
 	defer cancel()
 	if err := s.startTask(cctx, c); err != nil {
+		if sb.State() != sandbox.StateReady {
+			// The pod was stopped meanwhile (its namespaces are gone): not a runtime fault.
+			err = fmt.Errorf("sandbox %s stopped while container %s started: %v: %w", c.SandboxID, c.ID, err, errdefs.ErrFailedPrecondition)
+		}
 		// As the kubelet expects: the container is EXITED with the reason, not CREATED.
 		_ = s.setStatus(c, func(st *containerStatus) {
 			st.Starting = false

@@ -49,6 +49,11 @@ type Sandbox struct {
 	// pod's namespaces through /proc/<PID>/ns.
 	PID uint32
 
+	// opMu serialises Stop and Remove of this sandbox; it is held across their
+	// containerd and CNI calls. Lock order: opMu, then mu.
+	opMu sync.Mutex
+	// mu guards the fields below; it is never held across I/O, so status reads and
+	// the exit handler never wait for a teardown.
 	mu      sync.Mutex
 	state   State
 	stopped bool // Stop has torn the network down
@@ -75,6 +80,13 @@ func (s *Sandbox) setState(st State) {
 	s.mu.Lock()
 	s.state = st
 	s.mu.Unlock()
+}
+
+// isStopped tells whether Stop has torn the network down.
+func (s *Sandbox) isStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
 }
 
 // HostNetwork tells whether the pod uses the node's network namespace.

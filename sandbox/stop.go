@@ -27,13 +27,17 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 }
 
 func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
-	sb.mu.Lock()
-	defer sb.mu.Unlock() // serialises Stop/Remove of one sandbox; no store lock held
+	sb.opMu.Lock()
+	defer sb.opMu.Unlock() // serialises Stop/Remove of one sandbox; no other lock held
+	// From here on the pod is not ready: a container start racing this stop fails
+	// with FailedPrecondition, and status reads do not wait for the teardown.
+	sb.setState(StateNotReady)
+	stopped := sb.isStopped()
 	// The pause task and the network go down concurrently: CNI DEL needs only the
 	// pinned namespace, not the process in it.
 	netc := make(chan error, 1)
 	go func() {
-		if sb.stopped || sb.NetNSPath == "" {
+		if stopped || sb.NetNSPath == "" {
 			netc <- nil
 			return
 		}
@@ -50,14 +54,15 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	if err := errors.Join(taskErr, <-netc); err != nil {
 		return err
 	}
-	sb.state = StateNotReady
-	if sb.stopped {
+	if stopped {
 		return nil
 	}
 	if err := m.unmountShm(sb.ID); err != nil {
 		return err
 	}
+	sb.mu.Lock()
 	sb.stopped = true
+	sb.mu.Unlock()
 	log.G(ctx).Info("sandbox stopped")
 	return nil
 }
@@ -79,7 +84,11 @@ func (m *Manager) deleteTask(ctx context.Context, id string) error {
 		return fmt.Errorf("load pause task %s: %w", id, err)
 	}
 	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("delete pause task %s: %w", id, err)
+		// A concurrent delete (or the shim's exit after it) can fail this one with
+		// "ttrpc: closed": what counts is whether the task is gone.
+		if _, terr := container.Task(ctx, nil); !errdefs.IsNotFound(terr) {
+			return fmt.Errorf("delete pause task %s: %w", id, err)
+		}
 	}
 	return nil
 }
