@@ -60,6 +60,9 @@ type containerStatus struct {
 	Message    string                    `json:"message,omitempty"`
 	// Starting is set while StartContainer runs, so Remove waits and Stop is safe.
 	Starting bool `json:"-"`
+	// StartRecovered is set by recovery for a container whose StartContainer was cut
+	// short after the task started: the kubelet's retry of that call succeeds.
+	StartRecovered bool `json:"-"`
 }
 
 // Resources returns the container's current resource limits.

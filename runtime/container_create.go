@@ -41,6 +41,11 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	name := sb.ID + "_" + cfg.GetMetadata().GetName() + "_" + fmt.Sprint(cfg.GetMetadata().GetAttempt())
 	if err := s.containers.reserve(name); err != nil {
+		if c := s.containers.retried(name, cfg); c != nil {
+			// The kubelet's retry of a create that finished after it gave up (or
+			// before shimd restarted): the container that call made.
+			return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
+		}
 		return nil, err
 	}
 	defer func() {

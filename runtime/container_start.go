@@ -22,6 +22,12 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 		return nil, err
 	}
 	c.mu.Lock()
+	if c.status.StartRecovered {
+		// The retry of a StartContainer that shimd's crash cut short after the task
+		// had started: that start succeeded.
+		c.mu.Unlock()
+		return &runtimeapi.StartContainerResponse{}, nil
+	}
 	if c.status.State != runtimeapi.ContainerState_CONTAINER_CREATED || c.status.Starting {
 		state := c.status.State
 		c.mu.Unlock()

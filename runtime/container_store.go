@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/containerd/errdefs"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // containerStore keeps the containers shimd knows and reserves their names.
@@ -29,6 +31,18 @@ func (s *containerStore) reserve(name string) error {
 	}
 	s.names[name] = ""
 	return nil
+}
+
+// retried returns the container named name if it is still CREATED with the same
+// config: a CreateContainer for it again is a retry, not a conflict.
+func (s *containerStore) retried(name string, cfg *runtimeapi.ContainerConfig) *Container {
+	s.mu.Lock()
+	c := s.byID[s.names[name]]
+	s.mu.Unlock()
+	if c == nil || c.Status().State != runtimeapi.ContainerState_CONTAINER_CREATED || !proto.Equal(c.Config, cfg) {
+		return nil
+	}
+	return c
 }
 
 func (s *containerStore) release(name string) {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -62,21 +65,52 @@ func (s *Service) Recover(ctx context.Context) error {
 	return nil
 }
 
-// adopt reattaches to a container's task, or finishes it when it is gone.
+// adopt reattaches to a container's task, or finishes it when it is gone. A CREATED
+// container has a task only when shimd died inside StartContainer: a task that was
+// created but not started is deleted (the container is CREATED again, and the
+// kubelet's retry starts it); one that started makes the container RUNNING (or
+// EXITED), and the retry succeeds.
 func (s *Service) adopt(ctx context.Context, c *Container) {
-	code, at, running, err := s.taskState(ctx, c.ID)
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
+	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
 	if err != nil {
-		log.G(ctx).WithError(err).WithField("container", c.ID).Warn("read task state")
+		log.G(ctx).WithError(err).Warn("load container")
 		return
 	}
-	if !running {
+	task, err := cc.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
 		if c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			s.finish(ctx, c, code, at)
+			s.finish(ctx, c, 255, time.Now())
 		}
 		return
 	}
-	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
 	if err != nil {
+		log.G(ctx).WithError(err).Warn("load task")
+		return
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("read task state")
+		return
+	}
+	created := c.status.State == runtimeapi.ContainerState_CONTAINER_CREATED
+	switch {
+	case created && st.Status == client.Created:
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).Warn("delete the task of an interrupted start")
+		}
+		os.RemoveAll(s.fifoDir(c.ID))
+		log.G(ctx).Info("interrupted start undone: the container is CREATED")
+		return
+	case created:
+		_ = s.setStatus(c, func(st *containerStatus) {
+			st.State, st.Pid, st.StartedAt = runtimeapi.ContainerState_CONTAINER_RUNNING, task.Pid(), time.Now().UnixNano()
+			st.StartRecovered = true
+		})
+		log.G(ctx).Info("interrupted start had started the task: the container is RUNNING")
+	}
+	if st.Status == client.Stopped {
+		s.finish(ctx, c, st.ExitStatus, st.ExitTime)
 		return
 	}
 	var logf *logFile
@@ -92,7 +126,7 @@ func (s *Service) adopt(ctx context.Context, c *Container) {
 		return cio.dio, nil
 	})
 	if err != nil {
-		log.G(ctx).WithError(err).WithField("container", c.ID).Warn("reattach container IO")
+		log.G(ctx).WithError(err).Warn("reattach container IO")
 		if logf != nil {
 			logf.Close()
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/critest/harness"
@@ -215,4 +217,59 @@ func TestContainerdKilledDuringShimStartLeavesNoShim(t *testing.T) {
 	rs = restartShimd(t, env)
 	require.Empty(t, listPods(t, rs, nil))
 	env.CheckNoLeaks(t)
+}
+
+// kill -9 of shimd inside StartContainer, at three points of the task's start: the
+// kubelet's retry of the same StartContainer succeeds and the container runs.
+func TestKill9DuringStartContainerRetrySucceeds(t *testing.T) {
+	env, r := crashEnv(t)
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	for _, point := range []string{"create", "after-create", "after-start"} {
+		t.Run(point, func(t *testing.T) {
+			pod := newPod(t, rs, "startkill")
+			id := pod.create(pod.container("main", "sh", "-c", "echo started; sleep 1000"))
+			r.arm(point)
+			go func() {
+				_, _ = rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+			}()
+			r.waitReached(point)
+			env.Shimd.Kill9()
+			time.Sleep(5 * time.Second) // the paused runc finishes on its own
+			env.Shimd.Start(t) // rs reconnects by itself
+			waitReady(t, rs)
+			st := containerStatus(t, rs, id).State
+			require.Contains(t, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_CREATED, runtimeapi.ContainerState_CONTAINER_RUNNING}, st,
+				"a start cut short leaves the container CREATED or RUNNING")
+			_, err := rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+			require.NoError(t, err, "the retried StartContainer (state was %s)", st)
+			require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+			waitLog(t, filepath.Join(pod.logDir, "main.log"), "started")
+			stopRemove(t, rs, pod.id)
+		})
+	}
+}
+
+// A CreateContainer retried after kill -9 of shimd (the first call finished, its
+// answer was lost) returns the container the first call made; a create of the same
+// name with another config is still AlreadyExists.
+func TestCreateContainerRetryAfterKill9(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "createretry")
+	cfg := pod.container("main", "sleep", "1000")
+	id := pod.create(cfg)
+	rs = restartShimd(t, env)
+	pod.rs = rs
+	require.Equal(t, id, pod.create(cfg), "the retry gets the first call's container")
+
+	other := pod.container("main", "sleep", "2000")
+	_, err := rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.id, Config: other, SandboxConfig: pod.cfg})
+	require.Equal(t, codes.AlreadyExists, status.Code(err), "%v", err)
+	list, err := rs.ListContainers(ctxT(t, 10*time.Second), &runtimeapi.ListContainersRequest{})
+	require.NoError(t, err)
+	require.Len(t, list.Containers, 1)
+	stopRemove(t, rs, pod.id)
 }
