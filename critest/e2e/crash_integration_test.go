@@ -236,7 +236,7 @@ func TestKill9DuringStartContainerRetrySucceeds(t *testing.T) {
 			r.waitReached(point)
 			env.Shimd.Kill9()
 			time.Sleep(5 * time.Second) // the paused runc finishes on its own
-			env.Shimd.Start(t) // rs reconnects by itself
+			env.Shimd.Start(t)          // rs reconnects by itself
 			waitReady(t, rs)
 			st := containerStatus(t, rs, id).State
 			require.Contains(t, []runtimeapi.ContainerState{runtimeapi.ContainerState_CONTAINER_CREATED, runtimeapi.ContainerState_CONTAINER_RUNNING}, st,
