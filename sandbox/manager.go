@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -64,6 +65,12 @@ type Manager struct {
 
 	// imageArgs caches the pause image's process (entrypoint+cmd, env) by config digest.
 	imageArgs sync.Map
+	// running holds the ids of sandboxes whose Run is in progress (their records
+	// are "creating" on purpose); the live sweep leaves them alone.
+	running sync.Map
+	// swept is set once recovery's Sweep has run: from then on, a reconnection to
+	// containerd sweeps again (SweepLive).
+	swept atomic.Bool
 
 	exitMu   sync.Mutex
 	onExit   []ExitHandler

@@ -54,6 +54,7 @@ func (m *Manager) Monitor(ctx context.Context) {
 		for _, h := range resyncs {
 			h(ctx)
 		}
+		m.SweepLive(ctx)
 	loop:
 		for {
 			select {

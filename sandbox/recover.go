@@ -66,7 +66,48 @@ func (m *Manager) Recover(ctx context.Context) error {
 // it stops the shims no task uses and removes the cgroups no container has, both
 // leftovers of a crash in the middle of a task's create or delete.
 func (m *Manager) Sweep(ctx context.Context) error {
-	if _, err := m.ReapOrphanShims(ctx); err != nil {
+	if err := m.sweep(ctx, false); err != nil {
+		return err
+	}
+	m.swept.Store(true)
+	return nil
+}
+
+// SweepLive is Sweep while shimd serves, after containerd came back: a Run whose
+// undo failed while containerd was away left its "creating" record, task and shim;
+// they are undone now. Work in progress is left alone.
+func (m *Manager) SweepLive(ctx context.Context) {
+	if !m.swept.Load() {
+		return // recovery has not run yet; it sweeps itself
+	}
+	list, err := m.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("sweep: list sandboxes")
+		return
+	}
+	for _, c := range list {
+		if _, running := m.running.Load(c.ID); running || c.Labels[LabelPhase] == PhaseCreated {
+			continue
+		}
+		if _, err := m.store.get(c.ID); err == nil {
+			continue
+		}
+		sb, err := decodeRecord(c)
+		if err != nil {
+			continue
+		}
+		log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation failed while containerd was away")
+		if err := m.destroy(ctx, sb); err != nil {
+			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
+		}
+	}
+	if err := m.sweep(ctx, true); err != nil {
+		log.G(ctx).WithError(err).Warn("sweep")
+	}
+}
+
+func (m *Manager) sweep(ctx context.Context, live bool) error {
+	if _, err := m.ReapOrphanShims(ctx, live); err != nil {
 		return err
 	}
 	ctrs, err := m.opts.Client.ContainerService().List(ctx)

@@ -62,6 +62,8 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		sb.NetNSPath = network.NetNSPath(m.netnsDir(), sb.ID)
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID))
+	m.running.Store(sb.ID, true)
+	defer m.running.Delete(sb.ID) // after the undo below
 	var undo undoStack
 	defer func() {
 		if err != nil {

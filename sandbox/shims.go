@@ -80,9 +80,11 @@ func shimFlags(args []string) map[string]string {
 }
 
 // ReapOrphanShims stops the shims that serve no task containerd knows: a shim is kept
-// if its id is a task's, or the sandbox of a task's container (a pod's shim). Run
-// before serving: any other shim is a leftover of a crash. Returns how many it stopped.
-func (m *Manager) ReapOrphanShims(ctx context.Context) (int, error) {
+// if its id is a task's, or the sandbox of a task's container (a pod's shim). Before
+// shimd serves (live false) any other shim is a leftover of a crash. While it serves
+// (live), a shim whose container record exists may be one a create in progress just
+// started, and is kept too. Returns how many it stopped.
+func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
 	if err != nil || len(shims) == 0 {
 		return 0, err
@@ -96,10 +98,11 @@ func (m *Manager) ReapOrphanShims(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list containers: %w", err)
 	}
 	sandboxOf := map[string]string{}
+	keep := map[string]bool{}
 	for _, c := range ctrs {
 		sandboxOf[c.ID] = c.Labels[LabelSandbox]
+		keep[c.ID] = live
 	}
-	keep := map[string]bool{}
 	for _, t := range tasks.Tasks {
 		keep[t.ID] = true
 		keep[sandboxOf[t.ID]] = true

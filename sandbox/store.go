@@ -15,10 +15,9 @@ import (
 // Lock order: store.mu before Sandbox.mu; store.mu is never held across a containerd
 // or CNI call.
 type store struct {
-	mu        sync.Mutex
-	byID      map[string]*Sandbox
-	names     map[string]*reservation
-	recovered bool
+	mu    sync.Mutex
+	byID  map[string]*Sandbox
+	names map[string]*reservation
 }
 
 // reservation holds a name from the moment Run starts until Remove. done is closed

@@ -273,3 +273,29 @@ func TestCreateContainerRetryAfterKill9(t *testing.T) {
 	require.Len(t, list.Containers, 1)
 	stopRemove(t, rs, pod.id)
 }
+
+// containerd killed while RunPodSandbox creates the pause task, and shimd keeps
+// running: once containerd is back, shimd undoes what the failed Run could not (its
+// undo ran while containerd was away), shim included, without a restart of its own.
+func TestContainerdKilledDuringRunPodSandboxShimdStays(t *testing.T) {
+	requireRoot(t)
+	r := newPausingRunc(t)
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{RuntimeType: r.pausingShim()}})
+	rs := env.Shimd.Runtime(t)
+	pid := env.Shimd.PID()
+
+	r.arm("shim-start")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdstay")})
+		errc <- err
+	}()
+	r.waitReached("shim-start")
+	env.Containerd.Kill()
+	require.Error(t, <-errc)
+	env.Containerd.Restart(t)
+	waitReady(t, rs)
+	require.Empty(t, listPods(t, rs, nil))
+	env.AssertNoLeaks(t, time.Minute)
+	require.Equal(t, pid, env.Shimd.PID(), "shimd was not restarted")
+}
