@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -298,4 +300,37 @@ func TestContainerdKilledDuringRunPodSandboxShimdStays(t *testing.T) {
 	require.Empty(t, listPods(t, rs, nil))
 	env.AssertNoLeaks(t, time.Minute)
 	require.Equal(t, pid, env.Shimd.PID(), "shimd was not restarted")
+}
+
+// What a runc cut short leaves behind is an empty cgroup: RemoveContainer,
+// StopPodSandbox and recovery remove such leftovers, in every hierarchy.
+func TestLeftoverCgroupsRemoved(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "cgroups")
+	id := pod.create(pod.container("main", "sleep", "1000"))
+
+	// As runc create makes them, then dies before the task exists.
+	mkCgroups(t, env.Namespace, id)
+	_, err := rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+	require.NoError(t, err)
+	// A leftover of a sandbox that no longer exists: recovery removes it.
+	orphan := strings.Repeat("ab", 32)
+	mkCgroups(t, env.Namespace, orphan)
+	restartShimd(t, env)
+	stopRemove(t, rs, pod.id)
+	env.CheckNoLeaks(t)
+}
+
+// mkCgroups makes the cgroup /<namespace>/<id> in every hierarchy.
+func mkCgroups(t *testing.T, namespace, id string) {
+	t.Helper()
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+	for _, m := range ms {
+		require.NoError(t, os.MkdirAll(filepath.Join(m.Mountpoint, namespace, id), 0o755))
+	}
 }
