@@ -334,3 +334,43 @@ func mkCgroups(t *testing.T, namespace, id string) {
 		require.NoError(t, os.MkdirAll(filepath.Join(m.Mountpoint, namespace, id), 0o755))
 	}
 }
+
+// Every lease shimd holds while it creates a pod carries its label, so that after a
+// crash recovery finds and deletes it (an unlabelled one, containerd's client default,
+// would hold the pod's snapshot for a day).
+func TestSandboxLeasesAreLabelled(t *testing.T) {
+	requireRoot(t)
+	env := harness.New(t, harness.Options{})
+	rs := env.Shimd.Runtime(t)
+	ls := env.Containerd.Client(t).LeasesService()
+	runPod(t, rs, podConfig("warmup")) // the pause image is imported once, under its own lease
+	done := make(chan struct{})
+	unlabelled := map[string]bool{}
+	seen := 0
+	go func() {
+		defer close(done)
+		for i := 0; i < 5; i++ {
+			stopRemove(t, rs, runPod(t, rs, podConfig("leases")))
+		}
+	}()
+	for polling := true; polling; {
+		select {
+		case <-done:
+			polling = false
+		default:
+		}
+		list, err := ls.List(ctxT(t, 10*time.Second))
+		require.NoError(t, err)
+		for _, l := range list {
+			seen++
+			if l.Labels["io.shimd.lease"] == "" {
+				unlabelled[l.ID] = true
+			}
+		}
+	}
+	t.Logf("leases seen while pods were created: %d", seen)
+	require.Empty(t, unlabelled, "leases without shimd's label")
+	for _, p := range listPods(t, rs, nil) {
+		stopRemove(t, rs, p.Id)
+	}
+}
