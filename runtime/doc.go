@@ -21,14 +21,21 @@
 // Both are idempotent and succeed for unknown ids.
 //
 // After a restart sandbox.Manager.Recover rebuilds the store from containerd (see
-// sandbox/recover.go for its assumptions) and sandbox.Manager.Monitor follows task
-// exits, re-reading every sandbox's state whenever it reconnects to containerd.
+// sandbox/recover.go for its assumptions), runtime.Recover the containers (a start cut
+// short is undone or adopted, so the kubelet's retry succeeds), and
+// sandbox.Manager.Sweep stops shims no task uses and removes empty cgroups no
+// container has (sandbox/shims.go, sandbox/cgroups.go). sandbox.Manager.Monitor
+// follows task exits, re-reading every sandbox's state and sweeping again whenever it
+// reconnects to containerd.
 //
 // CreateContainer / StartContainer: the sandbox must be READY -> reserve the name ->
 // resolve the image locally -> prepare the writable layer under a lease and resolve the
 // user in it -> mount the pod's image volumes (container_image_volumes.go) -> build the
-// OCI spec (runtime/spec, a pure function) -> containerd container -> status CREATED. Start: a task with its stdio FIFOs copied to the CRI log
-// (started in the pod's running shim) -> RUNNING; the event monitor sees the exit.
+// OCI spec (runtime/spec, a pure function) -> containerd container -> status CREATED.
+// A create retried with the same name and config returns the first call's container.
+// Start: a task with its stdio FIFOs copied to the CRI log (started in the pod's
+// running shim) -> RUNNING; the event monitor sees the exit. A start that fails
+// because the pod stopped meanwhile is FailedPrecondition.
 //
 // Every lifecycle change of a container or sandbox is also published to
 // GetContainerEvents subscribers (container_events.go) with the pod's statuses.
