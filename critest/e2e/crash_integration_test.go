@@ -229,6 +229,12 @@ func TestKill9DuringStartContainerRetrySucceeds(t *testing.T) {
 	rs := env.Shimd.Runtime(t)
 	for _, point := range []string{"create", "after-create", "after-start"} {
 		t.Run(point, func(t *testing.T) {
+			if point == "create" && env.Containerd.MajorVersion() < 2 {
+				// containerd 1.6 keeps the bundle directory of a task create whose
+				// caller went away, and refuses a new task of that id ("mkdir <bundle>:
+				// file exists") until it restarts; 2.x removes it.
+				t.Skip("containerd 1.6 keeps the bundle of an abandoned task create")
+			}
 			pod := newPod(t, rs, "startkill")
 			id := pod.create(pod.container("main", "sh", "-c", "echo started; sleep 1000"))
 			r.arm(point)
