@@ -15,13 +15,19 @@ import (
 	"github.com/shimd/shimd/critest/harness"
 )
 
-// Concurrent StopPodSandbox (and RemovePodSandbox) calls on one pod all succeed.
+// Concurrent StopPodSandbox (and RemovePodSandbox) calls on one pod with running
+// containers all succeed.
 func TestConcurrentStopPodSandbox(t *testing.T) {
 	requireRoot(t)
-	env := harness.New(t, harness.Options{})
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
 	for round := 0; round < 3; round++ {
-		id := runPod(t, rs, podConfig("stoprace"))
+		pod := newPod(t, rs, "stoprace")
+		id := pod.id
+		for _, name := range []string{"a", "b"} {
+			pod.run(pod.container(name, "sleep", "1000"))
+		}
 		var wg sync.WaitGroup
 		errs := make(chan error, 8)
 		for i := 0; i < 8; i++ {
