@@ -48,6 +48,12 @@ critest: tools
 critest-soak: tools
 	CRITEST_RUNS=3 $(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/
 
+# Pod lifecycles while shimd and containerd are killed at random (CRASH_SOAK_ROUNDS,
+# CRASH_SOAK_SEED), then the full leak check; make check runs a short one.
+.PHONY: crash-soak
+crash-soak: tools
+	CRASH_SOAK_ROUNDS=$${CRASH_SOAK_ROUNDS:-100} $(GO) test -tags integration -count=1 -timeout 30m -run TestCrashSoak -v ./critest/e2e/
+
 # A real kubelet v1.34.12 (standalone, static pods) on shimd (critest/kubelet). The first
 # run builds the kubelet (about 6 minutes, cached in /var/cache/shimd/tools/bin).
 .PHONY: e2e-kubelet
