@@ -3,6 +3,9 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -81,4 +84,63 @@ func TestStartContainerRacingStopPodSandbox(t *testing.T) {
 		stopRemove(t, rs, pod.id)
 	}
 	t.Logf("StartContainer results by code: %v", codesSeen)
+}
+
+// A slow CNI DEL in one pod's StopPodSandbox holds up nothing else: status reads of
+// that pod, and a StopContainer in another pod (whose exit the shared event loop must
+// handle meanwhile) finish while the DEL is still blocked.
+func TestSlowCNIDelBlocksNothingElse(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	plugin := fmt.Sprintf(`#!/bin/sh
+# A CNI plugin that adds nothing and, once armed, blocks a DEL until released.
+cat >/dev/null
+case "$CNI_COMMAND" in
+ADD) echo '{"cniVersion":"1.0.0"}' ;;
+DEL)
+	if rm %[1]s/arm-del 2>/dev/null; then
+		touch %[1]s/reached-del
+		i=0
+		while [ ! -e %[1]s/release ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+	fi ;;
+VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
+esac
+`, dir)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "slowdel"), []byte(plugin), 0o755))
+	env, _ := imageEnv(t, harness.Options{
+		CNI:   harness.CNIOptions{FirstPlugins: []map[string]any{{"type": "slowdel"}}},
+		Shimd: harness.ShimdOptions{CNIBinDirs: []string{dir}},
+	})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	slow := runPod(t, rs, podConfig("slowdel"))
+	other := newPod(t, rs, "other")
+	id := other.run(other.container("main", "sleep", "1000"))
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "arm-del"), nil, 0o644))
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := rs.StopPodSandbox(ctxT(t, 2*time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: slow})
+		stopped <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "reached-del"))
+		return err == nil
+	}, time.Minute, 20*time.Millisecond, "the DEL was not reached")
+
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_NOTREADY, podStatus(t, rs, slow).State)
+	listPods(t, rs, nil)
+	_, err := rs.StopContainer(ctxT(t, time.Minute), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1})
+	require.NoError(t, err)
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_EXITED, containerStatus(t, rs, id).State)
+	select {
+	case err := <-stopped:
+		t.Fatalf("the slow pod's stop returned (%v) before its DEL was released", err)
+	default:
+	}
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "release"), nil, 0o644))
+	require.NoError(t, <-stopped)
+	stopRemove(t, rs, slow)
+	stopRemove(t, rs, other.id)
 }

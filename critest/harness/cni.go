@@ -39,10 +39,14 @@ type CNIOptions struct {
 	DataDir string
 	// FileName of the conflist in the conf dir. Empty: "10-<Name>.conflist".
 	FileName string
+	// FirstPlugins go before the bridge in the chain (test plugins; their
+	// directory must be in ShimdOptions.CNIBinDirs).
+	FirstPlugins []map[string]any
 }
 
 // CNINetwork describes a network written by WriteCNIConfig.
 type CNINetwork struct {
+	first    []map[string]any
 	Name     string
 	Bridge   string
 	Subnet   *net.IPNet
@@ -62,6 +66,7 @@ type CNINetwork struct {
 func WriteCNIConfig(t testing.TB, dir string, opts CNIOptions) *CNINetwork {
 	t.Helper()
 	n := &CNINetwork{
+		first:   opts.FirstPlugins,
 		Name:    or(opts.Name, DefaultNetworkName),
 		Bridge:  or(opts.Bridge, "shimd"+randHex(3)),
 		DataDir: or(opts.DataDir, filepath.Join(filepath.Dir(filepath.Clean(dir)), "cni-ipam")),
@@ -94,10 +99,14 @@ func WriteCNIConfig(t testing.TB, dir string, opts CNIOptions) *CNINetwork {
 }
 
 func (n *CNINetwork) conflist() map[string]any {
+	var plugins []any
+	for _, p := range n.first {
+		plugins = append(plugins, p)
+	}
 	return map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       n.Name,
-		"plugins": []any{
+		"plugins": append(plugins,
 			map[string]any{
 				"type":        "bridge",
 				"bridge":      n.Bridge,
@@ -115,7 +124,7 @@ func (n *CNINetwork) conflist() map[string]any {
 				"type":         "portmap",
 				"capabilities": map[string]bool{"portMappings": true},
 			},
-		},
+		),
 	}
 }
 

@@ -40,6 +40,8 @@ type ShimdOptions struct {
 	// NoCNIConfig leaves the CNI conf dir empty (for NetworkReady=false
 	// tests). StartShimd never writes a network itself; New honours this.
 	NoCNIConfig bool
+	// CNIBinDirs are searched for CNI plugins before CNIBinDir.
+	CNIBinDirs []string
 	// Namespace is shimd's containerd namespace. Empty: "shimd". New gives
 	// every Env its own, so that cgroups (/<namespace>/<id>) of concurrent
 	// test runs never meet.
@@ -84,7 +86,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 	if len(s.Socket()) > 100 {
 		t.Fatalf("harness: socket path %s is too long for a unix socket", s.Socket())
 	}
-	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig)
+	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig, opts.CNIBinDirs...)
 	if opts.RuntimeType != "" {
 		cfg = strings.Replace(cfg, strconv.Quote("io.containerd.runc.v2"), strconv.Quote(opts.RuntimeType), 1)
 	}
@@ -113,7 +115,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 }
 
 // shimdConfig renders the TOML file shimd reads. shimd rejects unknown keys.
-func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string) string {
+func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string, cniBinDirs ...string) string {
 	q := strconv.Quote
 	var b strings.Builder
 	fmt.Fprintf(&b, "socket = %s\n", q(s.Socket()))
@@ -124,8 +126,12 @@ func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string) string 
 		fmt.Fprintf(&b, "\n%s\n\n", strings.TrimSpace(extra))
 	}
 	fmt.Fprintf(&b, "[containerd]\naddress = %s\nnamespace = %s\n\n", q(containerdAddr), q(s.ns))
+	var bins []string
+	for _, d := range append(cniBinDirs, CNIBinDir) {
+		bins = append(bins, q(d))
+	}
 	fmt.Fprintf(&b, "[cni]\nconf_dir = %s\nbin_dirs = [%s]\ncache_dir = %s\n\n",
-		q(s.CNIConfDir()), q(CNIBinDir), q(s.CNICacheDir()))
+		q(s.CNIConfDir()), strings.Join(bins, ", "), q(s.CNICacheDir()))
 	fmt.Fprintf(&b, "[runtimes.runc]\ntype = %s\nbinary_name = %s\n", q("io.containerd.runc.v2"), q(runc))
 	if runcRoot != "" {
 		fmt.Fprintf(&b, "root = %s\n", q(runcRoot))
