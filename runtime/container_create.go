@@ -126,14 +126,19 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	if err != nil {
 		return err
 	}
-	if _, err := s.opts.Client.NewContainer(ctx, c.ID,
+	opts := []client.NewContainerOpts{
 		client.WithSnapshotter(rt.Snapshotter),
 		client.WithSnapshot(c.ID),
 		client.WithImageName(img.Records[0]),
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(ociSpec),
 		withContainerRecord(c, img.Target.Digest.String()),
-	); err != nil {
+	}
+	if sb.InStore {
+		// containerd loads the task into the pod's running shim (sandbox_store.go).
+		opts = append(opts, client.WithSandbox(sb.ID))
+	}
+	if _, err := s.opts.Client.NewContainer(ctx, c.ID, opts...); err != nil {
 		return fmt.Errorf("create containerd container: %w", err)
 	}
 	if err := s.setStatus(c, func(st *containerStatus) { st.State = runtimeapi.ContainerState_CONTAINER_CREATED }); err != nil {

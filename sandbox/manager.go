@@ -68,6 +68,8 @@ type Manager struct {
 	// running holds the ids of sandboxes whose Run is in progress (their records
 	// are "creating" on purpose); the live sweep leaves them alone.
 	running sync.Map
+	// sandboxStore: containerd has a sandbox store (2.x); pods are recorded there.
+	sandboxStore atomic.Bool
 	// swept is set once recovery's Sweep has run: from then on, a reconnection to
 	// containerd sweeps again (SweepLive).
 	swept atomic.Bool

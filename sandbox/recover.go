@@ -33,6 +33,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	known := map[string]bool{}
+	recovered := map[string]*Sandbox{}
 	for _, c := range list {
 		known[c.ID] = true
 		sb, err := decodeRecord(c)
@@ -57,9 +58,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 		m.store.add(sb)
+		recovered[sb.ID] = sb
 	}
 	m.removeOrphans(ctx, known)
-	return nil
+	return m.recoverStore(ctx, recovered)
 }
 
 // Sweep runs after the sandboxes and containers are recovered, before shimd serves:

@@ -48,7 +48,8 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 // run is the recipe; each step pushes its undo, run in reverse if a later step fails.
 //
 //  1. pause image (built in, imported once)
-//  2. containerd container, phase "creating": the durable intent record
+//  2. containerd container, phase "creating": the durable intent record; on
+//     containerd 2.x also a record in its sandbox store (sandbox_store.go)
 //  3. pod files: hostname, hosts, resolv.conf, /dev/shm
 //  4. network namespace
 //  5. CNI ADD and the pause task, concurrently
@@ -86,6 +87,11 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	undo.push(func(ctx context.Context) error {
 		return container.Delete(ctx, client.WithSnapshotCleanup)
 	})
+	undoStore, err := m.recordInStore(ctx, sb, rt)
+	if err != nil {
+		return nil, err
+	}
+	undo.push(undoStore)
 
 	t1 := time.Now()
 	undoFiles, err := m.writeFiles(sb)

@@ -48,6 +48,9 @@ type Sandbox struct {
 	// PID is the pause process's pid (0 when it is not running): containers join the
 	// pod's namespaces through /proc/<PID>/ns.
 	PID uint32
+	// InStore: the pod is recorded in containerd's sandbox store (sandbox_store.go),
+	// so its containers are created WithSandbox(ID) and run in its shim.
+	InStore bool
 
 	// opMu serialises Stop and Remove of this sandbox; it is held across their
 	// containerd and CNI calls. Lock order: opMu, then mu.

@@ -112,6 +112,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := m.deleteContainer(ctx, sb.ID); err != nil {
 		return err
 	}
+	if err := m.removeFromStore(ctx, sb.ID); err != nil {
+		return err
+	}
 	if err := m.removeFiles(sb.ID); err != nil {
 		return err
 	}
@@ -147,6 +150,6 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
 		errs = append(errs, m.opts.Network.Teardown(ctx, m.attachment(sb)))
 	}
 	errs = append(errs, m.removeNamespaces(sb))
-	errs = append(errs, m.removeFiles(sb.ID), m.deleteContainer(ctx, sb.ID))
+	errs = append(errs, m.removeFiles(sb.ID), m.deleteContainer(ctx, sb.ID), m.removeFromStore(ctx, sb.ID))
 	return errors.Join(errs...)
 }

@@ -21,7 +21,7 @@ const DefaultLeakTimeout = 20 * time.Second
 
 // LeakCheck says what AssertNoLeaks inspects; nil fields are skipped.
 type LeakCheck struct {
-	// Containerd: no containers, leases, or active or view snapshots in
+	// Containerd: no containers, leases, sandbox store records (2.x), or active or view snapshots in
 	// Namespace, no cgroup under /<Namespace> in any hierarchy; no mounts
 	// under its root or state; no process (other than
 	// the daemons) whose command line names its address or directory, such
@@ -152,6 +152,15 @@ func containerdLeaks(ctx context.Context, cd *Containerd, ns string) []string {
 	}
 	for _, l := range ls {
 		leaks = append(leaks, fmt.Sprintf("lease %s/%s (created %s, labels %v)", ns, l.ID, l.CreatedAt.Format(time.RFC3339), l.Labels))
+	}
+	if cd.MajorVersion() >= 2 {
+		sbs, err := cl.SandboxStore().List(ctx)
+		if err != nil {
+			leaks = append(leaks, fmt.Sprintf("cannot list the sandbox store in %s: %v", ns, err))
+		}
+		for _, sb := range sbs {
+			leaks = append(leaks, fmt.Sprintf("sandbox store record %s/%s (labels %v)", ns, sb.ID, sb.Labels))
+		}
 	}
 	for _, sn := range snapshotters(ctx, cl) {
 		err := cl.SnapshotService(sn).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
