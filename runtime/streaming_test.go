@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/streaming"
 )
 
@@ -153,11 +154,11 @@ func TestDialPodOnTheHost(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
-	c, err := dialPod("", int32(port))
+	c, err := network.DialPod("", int32(port))
 	require.NoError(t, err)
 	c.Close()
 	l.Close()
-	_, err = dialPod("", int32(port))
+	_, err = network.DialPod("", int32(port))
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), strconv.Itoa(port)), err.Error())
 	require.False(t, errors.Is(err, errdefs.ErrNotFound))
