@@ -42,4 +42,3 @@ func readSeccompProfile(field, path string) ([]byte, error) {
 	}
 	return data, nil
 }
-
