@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -199,4 +200,34 @@ func TestContainerConfigsRuncRefuses(t *testing.T) {
 		Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 256 << 20, CpuShares: 512}})
 	require.NoError(t, err)
 	stopRemove(t, rs, pod.id)
+}
+
+// A failed pull says why in its code: an unreachable registry is Unavailable, a
+// missing tag NotFound, wrong credentials Unauthenticated; the registry is named.
+func TestImagePullErrorCodes(t *testing.T) {
+	requireRoot(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Htpasswd: map[string]string{"alice": "s3cret"}})
+	env, open := imageEnv(t, harness.Options{})
+	is := env.Shimd.Images(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	for _, tt := range []struct {
+		ref  string
+		auth *runtimeapi.AuthConfig
+		code codes.Code
+		host string
+	}{
+		{closed + "/library/busybox:1", nil, codes.Unavailable, closed},
+		{open.LocalRef("docker.io/library/busybox:no-such-tag"), nil, codes.NotFound, open.Host()},
+		{reg.LocalRef("docker.io/library/busybox:1.36"), &runtimeapi.AuthConfig{Username: "alice", Password: "wrong"}, codes.Unauthenticated, reg.Host()},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: tt.ref}, Auth: tt.auth})
+		cancel()
+		require.Equal(t, tt.code, status.Code(err), "%s: %v", tt.ref, err)
+		require.Contains(t, status.Convert(err).Message(), tt.host)
+	}
 }
