@@ -51,6 +51,11 @@ func (s *Service) UpdateContainerResources(ctx context.Context, req *runtimeapi.
 		}
 		return recordResources(rec, res)
 	}); err != nil {
+		// The client's Update loses the class of a NotFound (it converts the error
+		// from gRPC twice): a container removed meanwhile is asked about directly.
+		if _, gerr := s.opts.Client.ContainerService().Get(ctx, c.ID); errdefs.IsNotFound(gerr) {
+			return nil, fmt.Errorf("container %s was removed: %v: %w", c.ID, err, errdefs.ErrNotFound)
+		}
 		return nil, fmt.Errorf("record resources of %s: %w", c.ID, err)
 	}
 	if st == runtimeapi.ContainerState_CONTAINER_RUNNING {
