@@ -1,6 +1,8 @@
 package image
 
 import (
+	"compress/flate"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 //	404, no such manifest/tag   NotFound
 //	429                         ResourceExhausted
 //	5xx, network failures       Unavailable (connection refused, DNS, timeouts, TLS)
+//	a corrupt compressed layer  FailedPrecondition (as a digest mismatch)
 //
 // Errors already classified keep their class.
 func classifyPullError(ref Ref, err error) error {
@@ -49,8 +52,17 @@ func classifyPullError(ref Ref, err error) error {
 		return fmt.Errorf("%s: %w", where, err)
 	case isNetworkError(err):
 		return fmt.Errorf("%s: registry unreachable: %v: %w", where, err, errdefs.ErrUnavailable)
+	case isCorruptLayer(err):
+		// As a layer that does not match its digest (see verifier).
+		return fmt.Errorf("%s: corrupt layer: %v: %w", where, err, errdefs.ErrFailedPrecondition)
 	}
 	return fmt.Errorf("%s: %w", where, err)
+}
+
+// isCorruptLayer tells a layer whose compressed stream cannot be read.
+func isCorruptLayer(err error) bool {
+	var corrupt flate.CorruptInputError
+	return errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.As(err, &corrupt)
 }
 
 // isNetworkError tells a failure to reach the registry: refused or reset connections,

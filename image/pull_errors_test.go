@@ -1,6 +1,8 @@
 package image
 
 import (
+	"compress/flate"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"net"
@@ -34,6 +36,8 @@ func TestClassifyPullError(t *testing.T) {
 		{"connection refused", refused, errdefs.IsUnavailable},
 		{"dns", &net.DNSError{Err: "no such host", Name: "registry.example", IsNotFound: true}, errdefs.IsUnavailable},
 		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), errdefs.IsUnavailable},
+		{"corrupt gzip", fmt.Errorf("layer sha256:1: %w", gzip.ErrHeader), errdefs.IsFailedPrecondition},
+		{"corrupt deflate", fmt.Errorf("layer sha256:1: %w", flate.CorruptInputError(7)), errdefs.IsFailedPrecondition},
 		{"invalid argument stays", fmt.Errorf("bad: %w", errdefs.ErrInvalidArgument), errdefs.IsInvalidArgument},
 	}
 	for _, tt := range tests {

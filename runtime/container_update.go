@@ -118,7 +118,8 @@ func (s *Service) ReopenContainerLog(_ context.Context, req *runtimeapi.ReopenCo
 		return nil, fmt.Errorf("container %s has no log to reopen: %w", c.ID, errdefs.ErrFailedPrecondition)
 	}
 	if err := cio.log.reopen(); err != nil {
-		return nil, err
+		// The log's directory or file cannot be made: the node's state, not the request.
+		return nil, fmt.Errorf("reopen log of container %s: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
 	}
 	return &runtimeapi.ReopenContainerLogResponse{}, nil
 }

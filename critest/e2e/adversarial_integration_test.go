@@ -125,4 +125,3 @@ func removeEverything(t *testing.T, rs runtimeapi.RuntimeServiceClient) {
 	require.NoError(t, err)
 	require.Empty(t, list.Containers)
 }
-
