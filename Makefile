@@ -7,7 +7,7 @@ BIN     := bin/shimd
 # The e2e tests also run against Debian's containerd 1.6 (smoke run).
 SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSandboxes|TestCrictlPods|TestInvalidRequests|TestImagePullListStatusRemove|TestPullVerifiesStreamedLayers|TestContainerLifecycle|TestContainerEvents|TestImageVolumes|TestKill9DuringPullLeavesNothing|TestUpdateContainerResourcesSurvivesRestart|TestKill9DuringStopPodSandboxLeavesNothing|TestContainerdKilledDuringShimStartLeavesNoShim|TestKill9DuringStartContainerRetrySucceeds|TestLeftoverCgroupsRemoved|TestCreateContainerRetryAfterKill9|TestContainersRunInTheirPodsShim
 
-.PHONY: all build check test integration integration-1.6 bench install run tools pause clean
+.PHONY: all build check test integration integration-1.6 bench install run tools pause clean fuzz
 
 all: build
 
@@ -25,6 +25,17 @@ check: tools
 # Unit tests: pure logic, no root, no containerd.
 test:
 	$(GO) test ./...
+
+# Fuzz the request validators and the pure spec builder, one target at a time
+# (FUZZTIME each; the corpus grows in the Go build cache). No root needed.
+FUZZTIME ?= 20s
+FUZZ_TARGETS := runtime:FuzzValidateSandboxConfig runtime:FuzzValidateContainerConfig \
+	runtime:FuzzNamesAndSysctls runtime/spec:FuzzContainer
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$pkg $$fn"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/; \
+	done
 
 # Integration tests: root; real containerd 2.4.2 + runc 1.5.2 + CNI plugins, started on
 # private sockets and directories by critest/harness. `make tools` installs them.

@@ -6,13 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/remotes"
-	remoteerrors "github.com/containerd/containerd/v2/core/remotes/errors"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"google.golang.org/protobuf/proto"
@@ -133,18 +131,6 @@ func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *r
 	}
 	log.G(ctx).WithField("image", ref.Name).WithField("id", m.ID).WithField("duration", time.Since(start).String()).Info("image pulled")
 	return m.ID.String(), nil
-}
-
-// classifyPullError names the registry in errors a user has to act on.
-func classifyPullError(ref Ref, err error) error {
-	var status remoteerrors.ErrUnexpectedStatus
-	if errors.As(err, &status) && (status.StatusCode == http.StatusUnauthorized || status.StatusCode == http.StatusForbidden) {
-		return fmt.Errorf("pull %s: registry %s refused the credentials (%s): %w", ref.Name, ref.Host(), status.Status, errdefs.ErrUnauthenticated)
-	}
-	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("pull %s: image not found in registry %s: %w", ref.Name, ref.Host(), err)
-	}
-	return fmt.Errorf("pull %s from %s: %w", ref.Name, ref.Host(), err)
 }
 
 // authKey distinguishes pulls by credentials, without keeping them in the key.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/containerd/errdefs"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -114,7 +115,7 @@ func (c *CNI) network() (*libcni.NetworkConfigList, error) {
 func loadFirst(dir string) (*libcni.NetworkConfigList, error) {
 	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
 	if err != nil {
-		return nil, fmt.Errorf("cni config dir %s: %w", dir, err)
+		return nil, fmt.Errorf("cni config dir %s: %v: %w", dir, err, errdefs.ErrFailedPrecondition)
 	}
 	for _, f := range files {
 		var list *libcni.NetworkConfigList
@@ -132,7 +133,7 @@ func loadFirst(dir string) (*libcni.NetworkConfigList, error) {
 		}
 		return list, nil
 	}
-	return nil, fmt.Errorf("no valid CNI network config in %s", dir)
+	return nil, fmt.Errorf("no valid CNI network config in %s: the network is not ready: %w", dir, errdefs.ErrFailedPrecondition)
 }
 
 func (c *CNI) runtimeConf(a Attachment, ifName string) *libcni.RuntimeConf {
@@ -171,7 +172,9 @@ func (c *CNI) Setup(ctx context.Context, a Attachment) (*Result, error) {
 	}
 	res, err := c.cni.AddNetworkList(ctx, list, c.runtimeConf(a, "eth0"))
 	if err != nil {
-		return nil, fmt.Errorf("cni add network %s: %w", list.Name, err)
+		// A plugin failure (IPAM, bridge, portmap) is the network's, not the request's:
+		// Unavailable, with the plugin's message.
+		return nil, fmt.Errorf("cni add network %s: %w", list.Name, classifyCNI(err))
 	}
 	return parseResult(res)
 }
@@ -189,7 +192,7 @@ func (c *CNI) Teardown(ctx context.Context, a Attachment) error {
 		}
 	}
 	if err := c.cni.DelNetworkList(ctx, list, c.runtimeConf(a, "eth0")); err != nil {
-		return fmt.Errorf("cni del network %s: %w", list.Name, err)
+		return fmt.Errorf("cni del network %s: %w", list.Name, classifyCNI(err))
 	}
 	return nil
 }
@@ -209,7 +212,7 @@ func parseResult(res types.Result) (*Result, error) {
 		out.IPs = append(out.IPs, ip.Address.IP)
 	}
 	if len(out.IPs) == 0 {
-		return nil, errors.New("cni result has no pod address")
+		return nil, fmt.Errorf("cni result has no pod address: %w", errdefs.ErrUnavailable)
 	}
 	// IPv4 first, as the kubelet expects the primary family first.
 	for i, ip := range out.IPs {
@@ -219,4 +222,13 @@ func parseResult(res types.Result) (*Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// classifyCNI keeps the class of an error that has one (a cancelled context) and
+// makes a plugin's failure Unavailable.
+func classifyCNI(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !errdefs.IsUnknown(errdefs.Resolve(err)) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
 }

@@ -29,7 +29,7 @@ import (
 //  5. containerd container with the record; status CREATED
 func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := req.GetConfig()
-	if err := validateContainerConfig(cfg); err != nil {
+	if err := validateContainerConfig(cfg, s.opts.Node); err != nil {
 		return nil, err
 	}
 	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())

@@ -100,7 +100,7 @@ func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	dctx := context.WithoutCancel(ctx)
 	proc, err := task.Exec(dctx, execID, &pspec, cio.NewCreator(opts...))
 	if err != nil {
-		return 0, fmt.Errorf("exec in container %s: %w", c.ID, err)
+		return 0, execError(dctx, task, c, err)
 	}
 	// Deleting the process waits in the shim for its IO, which a leftover child may
 	// hold for seconds: it is done in the background (bounded), not by the caller.
@@ -115,10 +115,18 @@ func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	}()
 	exitc, err := proc.Wait(dctx)
 	if err != nil {
-		return 0, err
+		return 0, execError(dctx, task, c, err)
 	}
 	if err := proc.Start(dctx); err != nil {
-		return 0, fmt.Errorf("start exec in container %s: %w", c.ID, err)
+		if code, ok := execStartExitCode(err); ok {
+			// As a shell answers a command it cannot run; the kubelet's exec probes
+			// then fail with this message instead of an error of unknown kind.
+			if r.stderr != nil {
+				fmt.Fprintf(r.stderr, "%s\n", execStartMessage(err))
+			}
+			return code, nil
+		}
+		return 0, execError(dctx, task, c, err)
 	}
 	execDone := make(chan struct{})
 	defer close(execDone)

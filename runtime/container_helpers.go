@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/containerd/containerd/v2/client"
@@ -21,12 +20,13 @@ import (
 func (s *Service) loadSpecFiles(_ context.Context, c *Container, in *spec.Input) error {
 	sc := c.Config.GetLinux().GetSecurityContext()
 	if profile := spec.SeccompLocalhostPath(sc); profile != "" {
+		const field = "config.linux.security_context.seccomp.localhost_ref"
 		if !filepath.IsAbs(profile) {
-			return invalid("config.linux.security_context.seccomp.localhost_ref", "%q must be an absolute path", profile)
+			return invalid(field, "%q must be an absolute path", profile)
 		}
-		data, err := os.ReadFile(profile)
+		data, err := readSeccompProfile(field, profile)
 		if err != nil {
-			return fmt.Errorf("read seccomp profile %s: %v: %w", profile, err, errdefs.ErrInvalidArgument)
+			return err
 		}
 		in.SeccompLocalhost = data
 	}

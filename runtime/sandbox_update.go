@@ -13,6 +13,11 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, req *runtimeapi
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
+	for name, r := range map[string]*runtimeapi.LinuxContainerResources{"overhead": req.GetOverhead(), "resources": req.GetResources()} {
+		if err := validateResourceValues(name, r); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.opts.Sandboxes.UpdateResources(ctx, req.GetPodSandboxId(), req.GetOverhead(), req.GetResources()); err != nil {
 		return nil, err
 	}

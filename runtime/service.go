@@ -57,6 +57,9 @@ type NodeInfo struct {
 	UnifiedCgroups bool
 	// HugetlbController: the hugetlb cgroup controller exists.
 	HugetlbController bool
+	// CPUs and MemoryNodes are the node's online CPUs and memory nodes as cpuset
+	// lists ("0-3"); New reads them from sysfs when empty.
+	CPUs, MemoryNodes string
 	// Handlers holds what each runtime handler's OCI runtime supports.
 	Handlers map[string]HandlerFeatures
 }
@@ -82,6 +85,12 @@ type Service struct {
 
 // New makes the RuntimeService; call Recover before serving.
 func New(opts Options) *Service {
+	if opts.Node.CPUs == "" {
+		opts.Node.CPUs = readOnlineSet("/sys/devices/system/cpu/online", "0")
+	}
+	if opts.Node.MemoryNodes == "" {
+		opts.Node.MemoryNodes = readOnlineSet("/sys/devices/system/node/online", "0")
+	}
 	s := &Service{opts: opts, containers: newContainerStore()}
 	opts.Sandboxes.OnExit(s.handleExit)
 	opts.Sandboxes.OnOOM(s.handleOOM)

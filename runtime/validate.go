@@ -2,97 +2,52 @@ package runtime
 
 import (
 	"fmt"
-	"net"
-	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// Requests are validated before anything is created; a request the runtime is sure
+// to refuse later is refused here with InvalidArgument naming the field:
+//
+//	validate_sandbox.go    RunPodSandbox's config (names, paths, DNS, ports, sysctls)
+//	validate_container.go  CreateContainer's config (names, paths, mounts, capabilities)
+//	validate_resources.go  cgroup resources, shared with UpdateContainerResources
+//	validate_names.go      Kubernetes object name rules
+//	validate_sysctl.go     sysctl names and their kernel namespaces
+
 // invalid is an InvalidArgument error naming the field.
 func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 }
 
-// validateSandboxConfig rejects a PodSandboxConfig shimd cannot run, naming the field.
-func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
-	if cfg == nil {
-		return invalid("config", "is required")
+// quote quotes a value for an error message, cut to 64 bytes: a request may send
+// megabytes.
+func quote(v string) string {
+	const max = 64
+	if len(v) > max {
+		return strconv.Quote(v[:max]) + "..."
 	}
-	md := cfg.GetMetadata()
-	if md == nil {
-		return invalid("config.metadata", "is required")
-	}
-	for field, v := range map[string]string{"config.metadata.name": md.GetName(), "config.metadata.namespace": md.GetNamespace(), "config.metadata.uid": md.GetUid()} {
-		if v == "" {
-			return invalid(field, "is required")
-		}
-		if strings.ContainsAny(v, "_/\x00") {
-			return invalid(field, "%q must not contain '_', '/' or NUL", v)
-		}
-	}
-	if h := cfg.GetHostname(); len(h) > 64 || strings.ContainsAny(h, "/ \x00") {
-		return invalid("config.hostname", "%q is not a valid hostname", h)
-	}
-	if d := cfg.GetLogDirectory(); d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) != d) {
-		return invalid("config.log_directory", "%q must be a clean absolute path", d)
-	}
-	if p := cfg.GetLinux().GetCgroupParent(); p != "" && strings.Contains(p, "..") {
-		return invalid("config.linux.cgroup_parent", "%q must not contain '..'", p)
-	}
-	for i, pm := range cfg.GetPortMappings() {
-		field := fmt.Sprintf("config.port_mappings[%d]", i)
-		if pm.GetContainerPort() <= 0 || pm.GetContainerPort() > 65535 {
-			return invalid(field+".container_port", "%d is out of range 1-65535", pm.GetContainerPort())
-		}
-		if pm.GetHostPort() < 0 || pm.GetHostPort() > 65535 {
-			return invalid(field+".host_port", "%d is out of range 0-65535", pm.GetHostPort())
-		}
-		if ip := pm.GetHostIp(); ip != "" && net.ParseIP(ip) == nil {
-			return invalid(field+".host_ip", "%q is not an IP address", ip)
-		}
-	}
-	if err := validateUserns(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()); err != nil {
-		return err
-	}
-	for k := range cfg.GetLinux().GetSysctls() {
-		if k == "" || strings.ContainsAny(k, " \x00") || strings.Contains(k, "..") {
-			return invalid("config.linux.sysctls", "%q is not a sysctl name", k)
-		}
-	}
-	return nil
+	return strconv.Quote(v)
 }
 
-// validateID rejects an empty id.
+// validateID rejects an empty id, and one no store could hold.
 func validateID(field, id string) error {
 	if id == "" {
 		return invalid(field, "is required")
 	}
+	if len(id) > 1024 || strings.ContainsRune(id, 0) {
+		return invalid(field, "%s is not an id", quote(id))
+	}
 	return nil
 }
 
-// validateContainerConfig rejects a ContainerConfig shimd cannot create, naming the field.
-func validateContainerConfig(cfg *runtimeapi.ContainerConfig) error {
-	if cfg == nil {
-		return invalid("config", "is required")
-	}
-	if cfg.GetMetadata().GetName() == "" {
-		return invalid("config.metadata.name", "is required")
-	}
-	if strings.ContainsAny(cfg.GetMetadata().GetName(), "_/\x00") {
-		return invalid("config.metadata.name", "%q must not contain '_', '/' or NUL", cfg.GetMetadata().GetName())
-	}
-	if cfg.GetImage().GetImage() == "" {
-		return invalid("config.image.image", "is required")
-	}
-	for i, m := range cfg.GetMounts() {
-		if !filepath.IsAbs(m.GetContainerPath()) {
-			return invalid(fmt.Sprintf("config.mounts[%d].container_path", i), "%q must be absolute", m.GetContainerPath())
-		}
-		if hp := m.GetHostPath(); hp != "" && (!filepath.IsAbs(hp) || hasDotDot(hp)) {
-			return invalid(fmt.Sprintf("config.mounts[%d].host_path", i), "%q must be absolute without '..'", hp)
-		}
+// noNUL rejects a string with a NUL byte: the kernel cuts paths and arguments there.
+func noNUL(field, v string) error {
+	if strings.ContainsRune(v, 0) {
+		return invalid(field, "%s holds a NUL byte", quote(v))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,34 @@ func TestValidateSandboxConfig(t *testing.T) {
 		{name: "no namespace", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Namespace = ""; return c }, field: "config.metadata.namespace"},
 		{name: "no uid", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Uid = ""; return c }, field: "config.metadata.uid"},
 		{name: "underscore in name", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Name = "a_b"; return c }, field: "config.metadata.name"},
+		{name: "nul in log dir", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.LogDirectory = "/var/log/a\x00b"
+			return c
+		}, field: "config.log_directory"},
+		{name: "hostname with newline", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Hostname = "a\n1.2.3.4 evil"
+			return c
+		}, field: "config.hostname"},
+		{name: "dns search with newline", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.DnsConfig = &runtimeapi.DNSConfig{Searches: []string{"a\nnameserver 10.0.0.1"}}
+			return c
+		}, field: "config.dns_config.searches[0]"},
+		{name: "dns server not an ip", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.DnsConfig = &runtimeapi.DNSConfig{Servers: []string{"dns.example"}}
+			return c
+		}, field: "config.dns_config.servers[0]"},
+		{name: "negative run_as_user", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Linux = &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: -1}}}
+			return c
+		}, field: "config.linux.security_context.run_as_user"},
+		{name: "negative overhead memory", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Linux = &runtimeapi.LinuxPodSandboxConfig{Overhead: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -5}}
+			return c
+		}, field: "config.linux.overhead.memory_limit_in_bytes"},
+		{name: "unknown protocol", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.PortMappings = []*runtimeapi.PortMapping{{ContainerPort: 80, Protocol: 7}}
+			return c
+		}, field: "config.port_mappings[0].protocol"},
 		{name: "relative log dir", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.LogDirectory = "logs"; return c }, field: "config.log_directory"},
 		{name: "log dir escape", mutate: func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
 			c.LogDirectory = "/var/log/../etc"
@@ -81,6 +110,99 @@ func TestSandboxMatches(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			require.Equal(t, tt.want, sandboxMatches(sb, tt.filter))
+		})
+	}
+}
+
+// Pod metadata reaches CNI_ARGS ("K8S_POD_NAME=x;IP=..."), so ';' and '=' and all
+// else outside the Kubernetes name rules are refused; critest's names (upper case,
+// uuids) and the kubelet's pass.
+func TestValidatePodMetadata(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("a", n) }
+	tests := []struct {
+		name, podName, namespace, uid string
+		field                         string // "" means valid
+	}{
+		{"kubelet", "web-0", "default", "0b6c4e62-2b8b-4c5a-9d5e-3f1a2b3c4d5e", ""},
+		{"critest", "PodSandbox-for-creating-performance-test-0b6c4e62-2b8b-4c5a-9d5e-3f1a2b3c4d5e",
+			"cri-test-namespace0b6c4e62-2b8b-4c5a-9d5e-3f1a2b3c4d5e", "cri-test-uid0b6c4e62-2b8b-4c5a-9d5e-3f1a2b3c4d5e", ""},
+		{"static pod", "kube-apiserver-node1.example.com", "kube-system", "6a3f0e7c9b1d2e4f", ""},
+		{"longest name", long(253), "a", "u", ""},
+		{"longest namespace", "a", long(63), "u", ""},
+		{"name injection", "x;IP=198.19.77.250", "default", "u", "config.metadata.name"},
+		{"namespace injection", "web", "x;IP=198.19.77.250", "u", "config.metadata.namespace"},
+		{"uid injection", "web", "default", "x;IP=198.19.77.250", "config.metadata.uid"},
+		{"equals", "a=b", "default", "u", "config.metadata.name"},
+		{"name too long", long(254), "default", "u", "config.metadata.name"},
+		{"namespace too long", "a", long(64), "u", "config.metadata.namespace"},
+		{"dot in namespace", "a", "kube.system", "u", "config.metadata.namespace"},
+		{"leading dash", "-a", "default", "u", "config.metadata.name"},
+		{"trailing dot", "a.", "default", "u", "config.metadata.name"},
+		{"space", "a b", "default", "u", "config.metadata.name"},
+		{"nul", "a\x00b", "default", "u", "config.metadata.name"},
+		{"newline uid", "a", "default", "u\nv", "config.metadata.uid"},
+		{"slash uid", "a", "default", "u/v", "config.metadata.uid"},
+		{"unicode", "pödd", "default", "u", "config.metadata.name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Metadata = &runtimeapi.PodSandboxMetadata{Name: tt.podName, Namespace: tt.namespace, Uid: tt.uid}
+			err := validateSandboxConfig(cfg)
+			if tt.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+			require.ErrorContains(t, err, tt.field+":")
+		})
+	}
+}
+
+func TestValidateSysctls(t *testing.T) {
+	hostNet := &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}
+	hostIPC := &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}
+	tests := []struct {
+		name  string
+		key   string
+		ns    *runtimeapi.NamespaceOption
+		valid bool
+	}{
+		{"shm", "kernel.shm_rmid_forced", nil, true},
+		{"msg", "kernel.msgmax", nil, true},
+		{"sem", "kernel.sem", nil, true},
+		{"mqueue", "fs.mqueue.msg_max", nil, true},
+		{"net", "net.ipv4.ip_forward", nil, true},
+		{"net slashes", "net/ipv4/conf/eno2.100/rp_filter", nil, true},
+		{"net dashes", "net.ipv4.conf.br-1.forwarding", nil, true},
+		{"leading dash", "-10", nil, false},
+		{"leading dot", ".dev.mem1", nil, false},
+		{"not namespaced", "vm.overcommit_memory", nil, false},
+		{"kernel not ipc", "kernel.panic", nil, false},
+		{"hostname", "kernel.hostname", nil, false},
+		{"upper case", "net.IPv4.ip_forward", nil, false},
+		{"double dot", "net..ipv4", nil, false},
+		{"space", "net.ipv4 .x", nil, false},
+		{"empty", "", nil, false},
+		{"too long", "net." + strings.Repeat("a", 250), nil, false},
+		{"net with host network", "net.ipv4.ip_forward", hostNet, false},
+		{"ipc with host ipc", "kernel.shmmax", hostIPC, false},
+		{"mqueue with host ipc", "fs.mqueue.msg_max", hostIPC, false},
+		{"ipc with host network", "kernel.shmmax", hostNet, true},
+		{"net with host ipc", "net.core.somaxconn", hostIPC, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{Sysctls: map[string]string{tt.key: "1"},
+				SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: tt.ns}}
+			err := validateSandboxConfig(cfg)
+			if tt.valid {
+				require.NoError(t, err)
+				return
+			}
+			require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+			require.ErrorContains(t, err, "config.linux.sysctls["+quote(tt.key)+"]")
 		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/containerd/errdefs"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -25,6 +27,11 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, overhead, reso
 		return fmt.Errorf("load sandbox %s: %w", sb.ID, err)
 	}
 	if err := c.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
+		// The client's Update loses the class of a NotFound (it converts the error
+		// from gRPC twice): a sandbox removed meanwhile is asked about directly.
+		if _, gerr := m.opts.Client.ContainerService().Get(ctx, sb.ID); errdefs.IsNotFound(gerr) {
+			return fmt.Errorf("sandbox %s was removed: %v: %w", sb.ID, err, errdefs.ErrNotFound)
+		}
 		return fmt.Errorf("record resources of sandbox %s: %w", sb.ID, err)
 	}
 	return nil

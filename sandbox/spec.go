@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -160,7 +161,7 @@ func withSysctls(sysctls map[string]string) oci.SpecOpts {
 			s.Linux.Sysctl = map[string]string{}
 		}
 		for k, v := range sysctls {
-			s.Linux.Sysctl[k] = v
+			s.Linux.Sysctl[NormalizeSysctlName(k)] = v
 		}
 		return nil
 	}
@@ -193,4 +194,24 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// NormalizeSysctlName turns a sysctl name with '/' separators into the dotted form
+// runc expects, as the kubelet does (k8s.io/component-helpers NormalizeName): if the
+// first separator is '/', every '/' becomes '.' and every '.' becomes '/'
+// ("net/ipv4/conf/eno2.100/rp_filter" is "net.ipv4.conf.eno2/100.rp_filter").
+func NormalizeSysctlName(name string) string {
+	i := strings.IndexAny(name, "./")
+	if i == -1 || name[i] == '.' {
+		return name
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return '/'
+		case '/':
+			return '.'
+		}
+		return r
+	}, name)
 }

@@ -188,6 +188,6 @@ func TestNetworkNotReadyWithoutCNIConfig(t *testing.T) {
 	}
 	// A pod needing the network fails cleanly; nothing is left behind.
 	_, err = rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("nonet")})
-	require.Error(t, err)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	require.Empty(t, listPods(t, rs, nil))
 }

@@ -1,0 +1,150 @@
+package runtime
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/containerd/containerd/v2/pkg/cap"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// procBindTargets are the only paths under /proc runc lets a bind mount cover (the
+// files lxcfs replaces; runc's checkProcMount).
+var procBindTargets = []string{
+	"/proc/cpuinfo", "/proc/diskstats", "/proc/meminfo", "/proc/stat", "/proc/swaps",
+	"/proc/uptime", "/proc/loadavg", "/proc/slabinfo", "/proc/net/dev", "/proc/sys/kernel/ns_last_pid",
+}
+
+// validateContainerConfig rejects a ContainerConfig shimd cannot create on this node,
+// naming the field.
+func validateContainerConfig(cfg *runtimeapi.ContainerConfig, node NodeInfo) error {
+	if cfg == nil {
+		return invalid("config", "is required")
+	}
+	if err := validateObjectName("config.metadata.name", cfg.GetMetadata().GetName()); err != nil {
+		return err
+	}
+	if cfg.GetImage().GetImage() == "" {
+		return invalid("config.image.image", "is required")
+	}
+	for field, v := range map[string]string{
+		"config.image.image": cfg.GetImage().GetImage(), "config.log_path": cfg.GetLogPath(), "config.working_dir": cfg.GetWorkingDir(),
+	} {
+		if err := noNUL(field, v); err != nil {
+			return err
+		}
+	}
+	if wd := cfg.GetWorkingDir(); wd != "" && !path.IsAbs(wd) {
+		return invalid("config.working_dir", "%s must be absolute", quote(wd))
+	}
+	if err := validateProcess(cfg); err != nil {
+		return err
+	}
+	if err := validateMounts(cfg.GetMounts()); err != nil {
+		return err
+	}
+	if err := validateDevices(cfg.GetDevices()); err != nil {
+		return err
+	}
+	linux := cfg.GetLinux()
+	sc := linux.GetSecurityContext()
+	if err := validateIDs("config.linux.security_context", sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups()); err != nil {
+		return err
+	}
+	if err := validateCapabilities(sc.GetCapabilities()); err != nil {
+		return err
+	}
+	return validateContainerResources("config.linux.resources", linux.GetResources(), node)
+}
+
+// validateProcess: the kernel ends arguments and environment strings at NUL, and an
+// environment name cannot hold '='.
+func validateProcess(cfg *runtimeapi.ContainerConfig) error {
+	for name, list := range map[string][]string{"command": cfg.GetCommand(), "args": cfg.GetArgs()} {
+		for i, a := range list {
+			if err := noNUL(fmt.Sprintf("config.%s[%d]", name, i), a); err != nil {
+				return err
+			}
+		}
+	}
+	for i, kv := range cfg.GetEnvs() {
+		field := fmt.Sprintf("config.envs[%d]", i)
+		if k := kv.GetKey(); k == "" || strings.ContainsAny(k, "=\x00") {
+			return invalid(field+".key", "%s is not an environment variable name", quote(k))
+		}
+		if err := noNUL(field+".value", string(kv.GetValue())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateMounts: paths absolute, without '..' or NUL; no mount over "/" or into /proc
+// (runc refuses both at start).
+func validateMounts(mounts []*runtimeapi.Mount) error {
+	for i, m := range mounts {
+		field := fmt.Sprintf("config.mounts[%d]", i)
+		dst := m.GetContainerPath()
+		if err := noNUL(field+".container_path", dst); err != nil {
+			return err
+		}
+		if !path.IsAbs(dst) || hasDotDot(dst) {
+			return invalid(field+".container_path", "%s must be absolute without '..'", quote(dst))
+		}
+		switch clean := path.Clean(dst); {
+		case clean == "/":
+			return invalid(field+".container_path", "cannot mount over the container's root")
+		case (clean == "/proc" || strings.HasPrefix(clean, "/proc/")) && !slices.Contains(procBindTargets, clean):
+			return invalid(field+".container_path", "%s is inside /proc, where the runtime refuses mounts", quote(dst))
+		}
+		hp := m.GetHostPath()
+		if err := noNUL(field+".host_path", hp); err != nil {
+			return err
+		}
+		if hp != "" && (!path.IsAbs(hp) || hasDotDot(hp)) {
+			return invalid(field+".host_path", "%s must be absolute without '..'", quote(hp))
+		}
+	}
+	return nil
+}
+
+func validateDevices(devs []*runtimeapi.Device) error {
+	for i, d := range devs {
+		field := fmt.Sprintf("config.devices[%d]", i)
+		for name, p := range map[string]string{"host_path": d.GetHostPath(), "container_path": d.GetContainerPath()} {
+			if err := noNUL(field+"."+name, p); err != nil {
+				return err
+			}
+			if p != "" && (!path.IsAbs(p) || hasDotDot(p)) {
+				return invalid(field+"."+name, "%s must be absolute without '..'", quote(p))
+			}
+		}
+	}
+	return nil
+}
+
+// validateCapabilities accepts the kernel's capability names, with or without CAP_,
+// in any case, and ALL (not for ambient).
+func validateCapabilities(c *runtimeapi.Capability) error {
+	const field = "config.linux.security_context.capabilities"
+	for name, list := range map[string][]string{
+		"add_capabilities": c.GetAddCapabilities(), "drop_capabilities": c.GetDropCapabilities(),
+		"add_ambient_capabilities": c.GetAddAmbientCapabilities(),
+	} {
+		for i, n := range list {
+			u := strings.ToUpper(n)
+			if u == "ALL" && name != "add_ambient_capabilities" {
+				continue
+			}
+			if !strings.HasPrefix(u, "CAP_") {
+				u = "CAP_" + u
+			}
+			if !slices.Contains(cap.Known(), u) {
+				return invalid(fmt.Sprintf("%s.%s[%d]", field, name, i), "%s is not a capability", quote(n))
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package runtime
+
+import (
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+var testNode = NodeInfo{CPUs: "0-1", MemoryNodes: "0"}
+
+func validContainer() *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
+		Image:    &runtimeapi.ImageSpec{Image: "busybox"},
+		Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{}},
+	}
+}
+
+func TestValidateContainerConfig(t *testing.T) {
+	mount := func(dst string) func(c *runtimeapi.ContainerConfig) {
+		return func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/srv", ContainerPath: dst}}
+		}
+	}
+	res := func(r *runtimeapi.LinuxContainerResources) func(c *runtimeapi.ContainerConfig) {
+		return func(c *runtimeapi.ContainerConfig) { c.Linux.Resources = r }
+	}
+	caps := func(add, drop []string) func(c *runtimeapi.ContainerConfig) {
+		return func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.Capabilities = &runtimeapi.Capability{AddCapabilities: add, DropCapabilities: drop}
+		}
+	}
+	tests := []struct {
+		name   string
+		mutate func(c *runtimeapi.ContainerConfig)
+		node   *NodeInfo
+		field  string // "" means valid
+	}{
+		{name: "valid", mutate: func(*runtimeapi.ContainerConfig) {}},
+		{name: "critest name", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Metadata.Name = "container-with-HostToContainer-propagation-test-0b6c4e62-2b8b-4c5a-9d5e-3f1a2b3c4d5e"
+		}},
+		{name: "name with semicolon", mutate: func(c *runtimeapi.ContainerConfig) { c.Metadata.Name = "a;b" }, field: "config.metadata.name"},
+		{name: "no metadata", mutate: func(c *runtimeapi.ContainerConfig) { c.Metadata = nil }, field: "config.metadata.name"},
+		{name: "nul in log path", mutate: func(c *runtimeapi.ContainerConfig) { c.LogPath = "a\x00.log" }, field: "config.log_path"},
+		{name: "nul in command", mutate: func(c *runtimeapi.ContainerConfig) { c.Command = []string{"sh\x00"} }, field: "config.command[0]"},
+		{name: "env key with =", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Envs = []*runtimeapi.KeyValue{{Key: "A=B", Value: []byte("c")}}
+		}, field: "config.envs[0].key"},
+		{name: "relative working dir", mutate: func(c *runtimeapi.ContainerConfig) { c.WorkingDir = "tmp" }, field: "config.working_dir"},
+		{name: "lxcfs proc file", mutate: mount("/proc/meminfo")},
+		{name: "mount into proc", mutate: mount("/proc/self/root/etc"), field: "config.mounts[0].container_path"},
+		{name: "mount on proc", mutate: mount("/proc"), field: "config.mounts[0].container_path"},
+		{name: "mount on root", mutate: mount("/"), field: "config.mounts[0].container_path"},
+		{name: "mount on root with dot", mutate: mount("/."), field: "config.mounts[0].container_path"},
+		{name: "mount escaping", mutate: mount("/data/../../etc"), field: "config.mounts[0].container_path"},
+		{name: "relative mount", mutate: mount("data"), field: "config.mounts[0].container_path"},
+		{name: "nul in mount", mutate: mount("/data\x00"), field: "config.mounts[0].container_path"},
+		{name: "relative host path", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "srv", ContainerPath: "/srv"}}
+		}, field: "config.mounts[0].host_path"},
+		{name: "device with dotdot", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Devices = []*runtimeapi.Device{{HostPath: "/dev/../etc/passwd", ContainerPath: "/dev/x"}}
+		}, field: "config.devices[0].host_path"},
+		{name: "known capabilities", mutate: caps([]string{"NET_ADMIN", "cap_sys_time", "ALL"}, []string{"CAP_CHOWN"})},
+		{name: "unknown capability", mutate: caps([]string{"NET_ADMIN", "CAP_MAKE_COFFEE"}, nil), field: "add_capabilities[1]"},
+		{name: "unknown drop", mutate: caps(nil, []string{"FOO"}), field: "drop_capabilities[0]"},
+		{name: "negative uid", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: -2}
+		}, field: "config.linux.security_context.run_as_user"},
+		{name: "unified on v1", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1M"}}),
+			field: "config.linux.resources.unified"},
+		{name: "unified on v2", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1M"}}),
+			node: &NodeInfo{UnifiedCgroups: true, CPUs: "0", MemoryNodes: "0"}},
+		{name: "unified path", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"../memory.max": "1"}}),
+			node: &NodeInfo{UnifiedCgroups: true}, field: "config.linux.resources.unified"},
+		{name: "cpuset ok", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-1", CpusetMems: "0"})},
+		{name: "cpuset beyond node", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-7"}),
+			field: "config.linux.resources.cpuset_cpus"},
+		{name: "cpuset malformed", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-"}),
+			field: "config.linux.resources.cpuset_cpus"},
+		{name: "cpuset backwards", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "1-0"}),
+			field: "config.linux.resources.cpuset_cpus"},
+		{name: "mems beyond node", mutate: res(&runtimeapi.LinuxContainerResources{CpusetMems: "1"}),
+			field: "config.linux.resources.cpuset_mems"},
+		{name: "negative memory", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -2}),
+			field: "config.linux.resources.memory_limit_in_bytes"},
+		{name: "unlimited memory", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1, CpuQuota: -1})},
+		{name: "swap below memory", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 30, MemorySwapLimitInBytes: 1 << 20}),
+			field: "config.linux.resources.memory_swap_limit_in_bytes"},
+		{name: "negative shares", mutate: res(&runtimeapi.LinuxContainerResources{CpuShares: -1}),
+			field: "config.linux.resources.cpu_shares"},
+		{name: "tiny quota", mutate: res(&runtimeapi.LinuxContainerResources{CpuQuota: 10}),
+			field: "config.linux.resources.cpu_quota"},
+		{name: "negative period", mutate: res(&runtimeapi.LinuxContainerResources{CpuPeriod: -100000}),
+			field: "config.linux.resources.cpu_period"},
+		{name: "kubelet resources", mutate: res(&runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 50000,
+			CpuShares: 512, MemoryLimitInBytes: 128 << 20, MemorySwapLimitInBytes: 128 << 20, OomScoreAdj: 999})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validContainer()
+			tt.mutate(cfg)
+			node := testNode
+			if tt.node != nil {
+				node = *tt.node
+			}
+			err := validateContainerConfig(cfg, node)
+			if tt.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+			require.ErrorContains(t, err, tt.field)
+		})
+	}
+}
+
+func TestCPUSet(t *testing.T) {
+	have, err := parseCPUSet("0-3,8,10-11")
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		set    string
+		within bool
+	}{
+		{"0", true}, {"0-3", true}, {"1,2,8", true}, {"3,8,10-11", true}, {"0-11", false}, {"4", false}, {"11-12", false},
+	} {
+		want, err := parseCPUSet(tt.set)
+		require.NoError(t, err, tt.set)
+		require.Equal(t, tt.within, cpuSetWithin(want, have), tt.set)
+	}
+	for _, bad := range []string{"", "a", "-1", "1-", "3-1", "1,,2", "99999999", "1, 2", "+1"} {
+		_, err := parseCPUSet(bad)
+		require.Error(t, err, "%q", bad)
+	}
+}

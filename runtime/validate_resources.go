@@ -1,0 +1,96 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Limits of the cgroup v1 files runc writes; outside them the kernel or runc refuses.
+const (
+	minCPUPeriod = 1000    // µs, cpu.cfs_period_us
+	maxCPUPeriod = 1000000 // µs
+	minCPUQuota  = 1000    // µs, cpu.cfs_quota_us (-1: unlimited)
+	minCPUShares = 2
+	maxCPUShares = 262144
+)
+
+// validateResourceValues checks what does not depend on the node: signs and ranges.
+// Zero means "not set" everywhere; -1 is "unlimited" for the quota and memory limits.
+func validateResourceValues(field string, r *runtimeapi.LinuxContainerResources) error {
+	if r == nil {
+		return nil
+	}
+	switch p := r.GetCpuPeriod(); {
+	case p != 0 && (p < minCPUPeriod || p > maxCPUPeriod):
+		return invalid(field+".cpu_period", "%d is outside [%d, %d]", p, minCPUPeriod, maxCPUPeriod)
+	}
+	switch q := r.GetCpuQuota(); {
+	case q != 0 && q != -1 && q < minCPUQuota:
+		return invalid(field+".cpu_quota", "%d is neither -1 (unlimited) nor at least %d", q, minCPUQuota)
+	}
+	switch sh := r.GetCpuShares(); {
+	case sh != 0 && (sh < minCPUShares || sh > maxCPUShares):
+		return invalid(field+".cpu_shares", "%d is outside [%d, %d]", sh, minCPUShares, maxCPUShares)
+	}
+	for name, v := range map[string]int64{"memory_limit_in_bytes": r.GetMemoryLimitInBytes(), "memory_swap_limit_in_bytes": r.GetMemorySwapLimitInBytes()} {
+		if v < -1 {
+			return invalid(field+"."+name, "%d is negative", v)
+		}
+	}
+	if adj := r.GetOomScoreAdj(); adj < -1000 || adj > 1000 {
+		return invalid(field+".oom_score_adj", "%d is outside [-1000, 1000]", adj)
+	}
+	for i, h := range r.GetHugepageLimits() {
+		if ps := h.GetPageSize(); ps == "" || strings.ContainsAny(ps, "/\x00.") {
+			return invalid(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), "%s is not a page size", quote(ps))
+		}
+	}
+	for k, v := range r.GetUnified() {
+		if k == "" || strings.ContainsAny(k, "/\x00") || k == "." || k == ".." || strings.ContainsRune(v, 0) {
+			return invalid(field+".unified", "%s is not a cgroup file name", quote(k))
+		}
+	}
+	return nil
+}
+
+// validateResources checks resources for this node: the cpusets must name online CPUs
+// and memory nodes, and unified (cgroup v2) keys need a cgroup v2 host.
+func validateResources(field string, r *runtimeapi.LinuxContainerResources, node NodeInfo) error {
+	if err := validateResourceValues(field, r); err != nil {
+		return err
+	}
+	if len(r.GetUnified()) > 0 && !node.UnifiedCgroups {
+		return invalid(field+".unified", "cgroup v2 settings on a cgroup v1 node")
+	}
+	for name, set := range map[string][2]string{
+		"cpuset_cpus": {r.GetCpusetCpus(), node.CPUs}, "cpuset_mems": {r.GetCpusetMems(), node.MemoryNodes},
+	} {
+		if set[0] == "" {
+			continue
+		}
+		want, err := parseCPUSet(set[0])
+		if err != nil {
+			return invalid(field+"."+name, "%s: %v", quote(set[0]), err)
+		}
+		have, err := parseCPUSet(set[1])
+		if err == nil && !cpuSetWithin(want, have) {
+			return invalid(field+"."+name, "%s is not within the node's %s", quote(set[0]), set[1])
+		}
+	}
+	return nil
+}
+
+// validateContainerResources adds the rule that needs the whole request at create:
+// a memory+swap limit below the memory limit.
+func validateContainerResources(field string, r *runtimeapi.LinuxContainerResources, node NodeInfo) error {
+	if err := validateResources(field, r, node); err != nil {
+		return err
+	}
+	mem, swap := r.GetMemoryLimitInBytes(), r.GetMemorySwapLimitInBytes()
+	if swap > 0 && mem > 0 && swap < mem {
+		return invalid(field+".memory_swap_limit_in_bytes", "%d is below memory_limit_in_bytes %d", swap, mem)
+	}
+	return nil
+}
