@@ -50,6 +50,9 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 		if sb.State() != sandbox.StateReady {
 			// The pod was stopped meanwhile (its namespaces are gone): not a runtime fault.
 			err = fmt.Errorf("sandbox %s stopped while container %s started: %v: %w", c.SandboxID, c.ID, err, errdefs.ErrFailedPrecondition)
+		} else if _, ok := execStartExitCode(err); ok {
+			// The image has no such command, or it cannot be executed.
+			err = fmt.Errorf("container %s: its command cannot be run: %s: %w", c.ID, execStartMessage(err), errdefs.ErrFailedPrecondition)
 		}
 		// As the kubelet expects: the container is EXITED with the reason, not CREATED.
 		_ = s.setStatus(c, func(st *containerStatus) {

@@ -19,10 +19,11 @@ const (
 // execStartExitCode maps runc's failure to exec the command (missing binary, not
 // executable) to the shell's exit code for it. runc's message is the only
 // information that crosses the shim: "exec failed: unable to start container
-// process: exec: \"/x\": stat /x: no such file or directory".
+// process: exec: \"/x\": stat /x: no such file or directory" (for a container's
+// init: "unable to start container process: error during container init: exec: ...").
 func execStartExitCode(err error) (uint32, bool) {
 	msg := err.Error()
-	if !strings.Contains(msg, "unable to start container process: exec: ") {
+	if !strings.Contains(msg, "unable to start container process: ") || !strings.Contains(msg, `exec: "`) {
 		return 0, false
 	}
 	switch {

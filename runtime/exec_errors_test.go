@@ -18,6 +18,8 @@ func TestExecStartExitCode(t *testing.T) {
 		{prefix + `exec: "nope": executable file not found in $PATH: unknown`, 127, true},
 		{prefix + `exec: "/etc/passwd": permission denied: unknown`, 126, true},
 		{prefix + `exec: "/bin/x": exec format error: unknown`, 126, true},
+		{"create task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: " +
+			`error during container init: exec: "/does-not-exist": stat /does-not-exist: no such file or directory`, 127, true},
 		{"cannot exec in a stopped state: unknown", 0, false},
 		{prefix + "error setting cgroup config: no such file or directory", 0, false},
 	}

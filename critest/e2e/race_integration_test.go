@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,4 +144,24 @@ esac
 	require.NoError(t, <-stopped)
 	stopRemove(t, rs, slow)
 	stopRemove(t, rs, other.id)
+}
+
+// A container whose command the image does not have fails to start with
+// FailedPrecondition naming the command, and is EXITED with reason StartError.
+func TestStartContainerMissingCommand(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "nocmd")
+	for _, cmd := range []string{"/does-not-exist", "/etc/passwd"} {
+		id := pod.create(pod.container("c"+strings.Trim(strings.ReplaceAll(cmd, "/", "-"), "-"), cmd))
+		_, err := rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "%s: %v", cmd, err)
+		require.Contains(t, err.Error(), cmd)
+		st := containerStatus(t, rs, id)
+		require.Equal(t, runtimeapi.ContainerState_CONTAINER_EXITED, st.State)
+		require.Equal(t, "StartError", st.Reason)
+	}
+	stopRemove(t, rs, pod.id)
 }
