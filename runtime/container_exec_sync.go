@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/record"
 )
 
 // maxExecSyncOutput caps each of stdout and stderr of ExecSync; the rest is dropped.
@@ -69,17 +71,16 @@ type execRequest struct {
 // is killed and ctx's error returned. Output that a leftover child keeps open is
 // given ioDrainTimeout after the process exits, then cut.
 func (s *Service) exec(ctx context.Context, c *Container, r execRequest) (uint32, error) {
-	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	cc, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
+	if cc != nil && errdefs.IsNotFound(err) {
+		return 0, fmt.Errorf("container %s has no task: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
+	}
 	if err != nil {
 		return 0, err
 	}
 	spec, err := cc.Spec(ctx)
 	if err != nil {
 		return 0, err
-	}
-	task, err := cc.Task(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("container %s has no task: %w", c.ID, errdefs.ErrFailedPrecondition)
 	}
 	pspec := *spec.Process
 	pspec.Args = r.cmd

@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/record"
 )
 
 // How long an exited container's output may take to drain before its FIFOs are
@@ -60,11 +62,9 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if cc, err := s.opts.Client.LoadContainer(dctx, c.ID); err == nil {
-		if task, err := cc.Task(dctx, nil); err == nil {
-			if _, err := task.Delete(dctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				log.G(ctx).WithError(err).Warn("delete exited task")
-			}
+	if _, task, err := record.LoadTask(dctx, s.opts.Client, c.ID); err == nil {
+		if _, err := task.Delete(dctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).Warn("delete exited task")
 		}
 	}
 	reason := "Completed"
@@ -115,13 +115,9 @@ func (s *Service) resyncContainers(ctx context.Context) {
 
 // taskState reads a container's task: exit code and time when stopped.
 func (s *Service) taskState(ctx context.Context, id string) (code uint32, at time.Time, running bool, err error) {
-	cc, err := s.opts.Client.LoadContainer(ctx, id)
-	if err != nil {
-		return 0, time.Time{}, false, err
-	}
-	task, err := cc.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
-		return 255, time.Now(), false, nil
+	cc, task, err := record.LoadTask(ctx, s.opts.Client, id)
+	if cc != nil && errdefs.IsNotFound(err) {
+		return 255, time.Now(), false, nil // the container has no task
 	}
 	if err != nil {
 		return 0, time.Time{}, false, err
@@ -138,11 +134,7 @@ func (s *Service) taskState(ctx context.Context, id string) (code uint32, at tim
 
 // signal sends sig to the container's task.
 func (s *Service) signal(ctx context.Context, c *Container, sig syscall.Signal) error {
-	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
-	if err != nil {
-		return err
-	}
-	task, err := cc.Task(ctx, nil)
+	_, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
 	if err != nil {
 		return err
 	}

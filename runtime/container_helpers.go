@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
+	"github.com/shimd/shimd/record"
 	"github.com/shimd/shimd/runtime/spec"
 	"github.com/shimd/shimd/sandbox"
 )
@@ -51,14 +52,13 @@ func (s *Service) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 // deleteContainerd deletes the containerd container and its writable layer; a
 // missing one is fine.
 func (s *Service) deleteContainerd(ctx context.Context, c *Container) error {
-	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
-	if errdefs.IsNotFound(err) {
+	cc, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
+	switch {
+	case cc == nil && errdefs.IsNotFound(err):
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("load container %s: %w", c.ID, err)
-	}
-	if task, err := cc.Task(ctx, nil); err == nil {
+	case err != nil && !errdefs.IsNotFound(err):
+		return err
+	case task != nil:
 		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete task of container %s: %w", c.ID, err)
 		}

@@ -10,23 +10,17 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/anypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/record"
 	"github.com/shimd/shimd/runtime/spec"
-	"github.com/shimd/shimd/sandbox"
 )
 
 // A container's durable record is its containerd container: labels and a versioned
 // JSON extension written once at create. Its mutable status (state, pid, exit code,
 // reason, times) lives in <root>/containers/<id>/status.json, replaced atomically.
 const (
-	labelKind            = "io.shimd.kind"
-	kindContainer        = "container"
-	labelSandbox         = sandbox.LabelSandbox
-	labelName            = "io.shimd.name"
 	containerExtension   = "io.shimd.container"
 	containerExtTypeURL  = "io.shimd/container.v1"
 	containerRecordVer   = 1
@@ -60,41 +54,22 @@ func withContainerRecord(c *Container, imageTarget string) client.NewContainerOp
 		if err != nil {
 			return fmt.Errorf("encode container config: %w", err)
 		}
-		data, err := json.Marshal(containerRecord{
+		return record.Put(rec, containerExtension, containerExtTypeURL, containerRecord{
 			Version: containerRecordVer, Name: c.Name, SandboxID: c.SandboxID, Config: cfg,
 			ImageID: c.ImageID, ImageName: c.ImageName, ImageRef: c.ImageRef, LogPath: c.LogPath,
 			CreatedAt: c.CreatedAt, Snapshotter: c.Snapshotter, StopSignal: c.StopSignal, User: c.User,
+		}, map[string]string{
+			record.LabelKind: record.KindContainer, record.LabelSandbox: c.SandboxID, record.LabelName: c.Name,
+			// Keeps the image's content while the container exists, even if the image is removed.
+			gcRefImageLabel: imageTarget,
 		})
-		if err != nil {
-			return err
-		}
-		if rec.Extensions == nil {
-			rec.Extensions = map[string]typeurl.Any{}
-		}
-		rec.Extensions[containerExtension] = &anypb.Any{TypeUrl: containerExtTypeURL, Value: data}
-		if rec.Labels == nil {
-			rec.Labels = map[string]string{}
-		}
-		rec.Labels[labelKind] = kindContainer
-		rec.Labels[labelSandbox] = c.SandboxID
-		rec.Labels[labelName] = c.Name
-		// Keeps the image's content while the container exists, even if the image is removed.
-		rec.Labels[gcRefImageLabel] = imageTarget
-		return nil
 	}
 }
 
 func decodeContainerRecord(rec containers.Container) (*Container, error) {
-	ext, ok := rec.Extensions[containerExtension]
-	if !ok {
-		return nil, fmt.Errorf("container %s has no %s extension", rec.ID, containerExtension)
-	}
 	var r containerRecord
-	if err := json.Unmarshal(ext.GetValue(), &r); err != nil {
-		return nil, fmt.Errorf("decode container record %s: %w", rec.ID, err)
-	}
-	if r.Version != containerRecordVer {
-		return nil, fmt.Errorf("container record %s: unsupported version %d", rec.ID, r.Version)
+	if err := record.Get(rec, containerExtension, containerRecordVer, &r); err != nil {
+		return nil, err
 	}
 	cfg := &runtimeapi.ContainerConfig{}
 	if err := protojson.Unmarshal(r.Config, cfg); err != nil {
@@ -105,37 +80,21 @@ func decodeContainerRecord(rec containers.Container) (*Container, error) {
 		ImageName: r.ImageName, ImageRef: r.ImageRef, LogPath: r.LogPath, CreatedAt: r.CreatedAt,
 		Snapshotter: r.Snapshotter, StopSignal: r.StopSignal, User: r.User, exited: make(chan struct{}),
 	}
-	if len(r.Resources) > 0 {
-		res := &runtimeapi.LinuxContainerResources{}
-		if err := protojson.Unmarshal(r.Resources, res); err != nil {
-			return nil, fmt.Errorf("decode container resources %s: %w", rec.ID, err)
-		}
-		c.resources = res
+	res, err := record.UnmarshalProto(r.Resources, func() *runtimeapi.LinuxContainerResources { return &runtimeapi.LinuxContainerResources{} })
+	if err != nil {
+		return nil, fmt.Errorf("decode container resources %s: %w", rec.ID, err)
 	}
+	c.resources = res
 	return c, nil
 }
 
 // recordResources writes res into the record as the container's current limits.
 func recordResources(rec *containers.Container, res *runtimeapi.LinuxContainerResources) error {
-	ext, ok := rec.Extensions[containerExtension]
-	if !ok {
-		return fmt.Errorf("container %s has no %s extension", rec.ID, containerExtension)
-	}
-	var r map[string]json.RawMessage // keeps fields this version does not know
-	if err := json.Unmarshal(ext.GetValue(), &r); err != nil {
-		return fmt.Errorf("decode container record %s: %w", rec.ID, err)
-	}
 	raw, err := protojson.Marshal(res)
 	if err != nil {
 		return err
 	}
-	r["resources"] = raw
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	rec.Extensions[containerExtension] = &anypb.Any{TypeUrl: containerExtTypeURL, Value: data}
-	return nil
+	return record.Patch(rec, containerExtension, "resources", raw)
 }
 
 func (s *Service) containerDir(id string) string {

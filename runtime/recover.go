@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/record"
 )
 
 // Recover rebuilds the container store after a (re)start of shimd. Sandboxes must
@@ -30,7 +32,7 @@ import (
 //     into the CRI log. A task that stopped while shimd was away is finished with its
 //     exit status; a RUNNING container without a task exited unseen (code 255).
 func (s *Service) Recover(ctx context.Context) error {
-	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", labelKind, kindContainer))
+	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", record.LabelKind, record.KindContainer))
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
@@ -72,13 +74,8 @@ func (s *Service) Recover(ctx context.Context) error {
 // EXITED), and the retry succeeds.
 func (s *Service) adopt(ctx context.Context, c *Container) {
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
-	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
-	if err != nil {
-		log.G(ctx).WithError(err).Warn("load container")
-		return
-	}
-	task, err := cc.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
+	cc, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
+	if cc != nil && errdefs.IsNotFound(err) {
 		if c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			s.finish(ctx, c, 255, time.Now())
 		}

@@ -10,6 +10,8 @@ import (
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/typeurl/v2"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/record"
 )
 
 // cgroupSample is what shimd reads of one task's cgroup (v1 or v2).
@@ -50,11 +52,7 @@ func (r *cpuRates) forget(id string) {
 
 // taskSample reads a task's cgroup metrics through containerd (works for v1 and v2).
 func (s *Service) taskSample(ctx context.Context, id string) (cgroupSample, error) {
-	cc, err := s.opts.Client.LoadContainer(ctx, id)
-	if err != nil {
-		return cgroupSample{}, err
-	}
-	task, err := cc.Task(ctx, nil)
+	_, task, err := record.LoadTask(ctx, s.opts.Client, id)
 	if err != nil {
 		return cgroupSample{}, err
 	}

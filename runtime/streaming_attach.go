@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
+	"github.com/shimd/shimd/record"
 	"github.com/shimd/shimd/streaming"
 )
 
@@ -124,12 +125,9 @@ func (s *Service) closeStdin(ctx context.Context, c *Container, cio *containerIO
 	_ = w.Close()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	_, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
 	if err == nil {
-		var task client.Task
-		if task, err = cc.Task(ctx, nil); err == nil {
-			err = task.CloseIO(ctx, client.WithStdinCloser)
-		}
+		err = task.CloseIO(ctx, client.WithStdinCloser)
 	}
 	if err != nil && !errdefs.IsNotFound(err) {
 		log.G(ctx).WithError(err).WithField("container", c.ID).Debug("close stdin")

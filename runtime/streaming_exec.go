@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/shimd/shimd/record"
 	"github.com/shimd/shimd/streaming"
 )
 
@@ -72,11 +73,7 @@ func terminalSizes(ctx context.Context, in <-chan streaming.TerminalSize) <-chan
 // resizeTask resizes the container's TTY as the client asks until ctx ends.
 func (s *Service) resizeTask(ctx context.Context, id string, resize <-chan streaming.TerminalSize) {
 	sizes := terminalSizes(ctx, resize) // ends with ctx
-	cc, err := s.opts.Client.LoadContainer(ctx, id)
-	if err != nil {
-		return
-	}
-	task, err := cc.Task(ctx, nil)
+	_, task, err := record.LoadTask(ctx, s.opts.Client, id)
 	if err != nil {
 		return
 	}

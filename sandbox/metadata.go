@@ -8,30 +8,30 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/typeurl/v2"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/anypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/record"
 )
 
-// The sandbox record lives in containerd: the pause container carries these labels and
-// a versioned JSON extension. There is no other durable store.
+// The sandbox record lives in containerd: the pause container carries shimd's labels
+// (package record) and a versioned JSON extension. There is no other durable store.
 const (
-	LabelKind   = "io.shimd.kind"
-	KindSandbox = "sandbox"
-	LabelName   = "io.shimd.name"
-	LabelPhase  = "io.shimd.phase"
-	// LabelSandbox is the label of a container record naming its sandbox.
-	LabelSandbox     = "io.shimd.sandbox"
-	PhaseCreating    = "creating" // Run has not finished; recovery undoes such a sandbox
-	PhaseCreated     = "created"
+	LabelKind     = record.LabelKind
+	KindSandbox   = record.KindSandbox
+	LabelName     = record.LabelName
+	LabelPhase    = record.LabelPhase
+	LabelSandbox  = record.LabelSandbox
+	PhaseCreating = record.PhaseCreating // Run has not finished; recovery undoes such a sandbox
+	PhaseCreated  = record.PhaseCreated
+
 	extensionName    = "io.shimd.sandbox"
 	extensionTypeURL = "io.shimd/sandbox.v1"
 	recordVersion    = 1
 )
 
-// record is the durable form of a Sandbox (extension io.shimd.sandbox, version 1).
-type record struct {
+// sandboxRecord is the durable form of a Sandbox (extension io.shimd.sandbox, version 1).
+type sandboxRecord struct {
 	Version        int             `json:"version"`
 	Name           string          `json:"name"`
 	Config         json.RawMessage `json:"config"`
@@ -45,40 +45,29 @@ type record struct {
 	Resources json.RawMessage `json:"resources,omitempty"`
 }
 
-func encodeRecord(sb *Sandbox) (*anypb.Any, error) {
+func newResources() *runtimeapi.LinuxContainerResources { return &runtimeapi.LinuxContainerResources{} }
+
+func encodeRecord(sb *Sandbox) (sandboxRecord, error) {
 	cfg, err := protojson.Marshal(sb.Config)
 	if err != nil {
-		return nil, fmt.Errorf("encode sandbox config: %w", err)
+		return sandboxRecord{}, fmt.Errorf("encode sandbox config: %w", err)
 	}
-	rec := record{
+	rec := sandboxRecord{
 		Version: recordVersion, Name: sb.Name, Config: cfg, RuntimeHandler: sb.RuntimeHandler,
 		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs,
 	}
 	overhead, resources := sb.PodResources()
-	if rec.Overhead, err = encodeResources(overhead); err != nil {
-		return nil, err
+	if rec.Overhead, err = record.MarshalProto(overhead); err != nil {
+		return rec, err
 	}
-	if rec.Resources, err = encodeResources(resources); err != nil {
-		return nil, err
-	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	return &anypb.Any{TypeUrl: extensionTypeURL, Value: data}, nil
+	rec.Resources, err = record.MarshalProto(resources)
+	return rec, err
 }
 
 func decodeRecord(c containers.Container) (*Sandbox, error) {
-	ext, ok := c.Extensions[extensionName]
-	if !ok {
-		return nil, fmt.Errorf("container %s has no %s extension", c.ID, extensionName)
-	}
-	var rec record
-	if err := json.Unmarshal(ext.GetValue(), &rec); err != nil {
-		return nil, fmt.Errorf("decode sandbox record %s: %w", c.ID, err)
-	}
-	if rec.Version != recordVersion {
-		return nil, fmt.Errorf("sandbox record %s: unsupported version %d", c.ID, rec.Version)
+	var rec sandboxRecord
+	if err := record.Get(c, extensionName, recordVersion, &rec); err != nil {
+		return nil, err
 	}
 	cfg := &runtimeapi.PodSandboxConfig{}
 	if err := protojson.Unmarshal(rec.Config, cfg); err != nil {
@@ -89,29 +78,13 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, state: StateNotReady,
 	}
 	var err error
-	if sb.overhead, err = decodeResources(rec.Overhead); err != nil {
+	if sb.overhead, err = record.UnmarshalProto(rec.Overhead, newResources); err != nil {
 		return nil, fmt.Errorf("decode sandbox overhead %s: %w", c.ID, err)
 	}
-	if sb.resources, err = decodeResources(rec.Resources); err != nil {
+	if sb.resources, err = record.UnmarshalProto(rec.Resources, newResources); err != nil {
 		return nil, fmt.Errorf("decode sandbox resources %s: %w", c.ID, err)
 	}
 	return sb, nil
-}
-
-// encodeResources and decodeResources map nil to an absent field and back.
-func encodeResources(r *runtimeapi.LinuxContainerResources) (json.RawMessage, error) {
-	if r == nil {
-		return nil, nil
-	}
-	return protojson.Marshal(r)
-}
-
-func decodeResources(raw json.RawMessage) (*runtimeapi.LinuxContainerResources, error) {
-	if len(raw) == 0 {
-		return nil, nil
-	}
-	r := &runtimeapi.LinuxContainerResources{}
-	return r, protojson.Unmarshal(raw, r)
 }
 
 // withRecord stores the record and phase label on a container being created.
@@ -129,19 +102,10 @@ func updateRecord(sb *Sandbox, phase string) client.UpdateContainerOpts {
 }
 
 func setRecord(c *containers.Container, sb *Sandbox, phase string) error {
-	ext, err := encodeRecord(sb)
+	rec, err := encodeRecord(sb)
 	if err != nil {
 		return err
 	}
-	if c.Extensions == nil {
-		c.Extensions = map[string]typeurl.Any{}
-	}
-	c.Extensions[extensionName] = ext
-	if c.Labels == nil {
-		c.Labels = map[string]string{}
-	}
-	c.Labels[LabelKind] = KindSandbox
-	c.Labels[LabelName] = sb.Name
-	c.Labels[LabelPhase] = phase
-	return nil
+	return record.Put(c, extensionName, extensionTypeURL, rec,
+		map[string]string{LabelKind: KindSandbox, LabelName: sb.Name, LabelPhase: phase})
 }

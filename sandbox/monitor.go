@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
+
+	"github.com/shimd/shimd/record"
 )
 
 // ExitHandler is told of every task or exec process that exits in shimd's namespace.
@@ -126,11 +128,7 @@ func (m *Manager) resync(ctx context.Context) {
 // may still be running. Errors other than not-found (containerd unreachable) count as
 // running with an unknown pid: no state is changed on a guess.
 func (m *Manager) pauseState(ctx context.Context, id string) (pid uint32, running bool) {
-	c, err := m.opts.Client.LoadContainer(ctx, id)
-	if err != nil {
-		return 0, !errdefs.IsNotFound(err)
-	}
-	task, err := c.Task(ctx, nil)
+	_, task, err := record.LoadTask(ctx, m.opts.Client, id)
 	if err != nil {
 		return 0, !errdefs.IsNotFound(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+
+	"github.com/shimd/shimd/record"
 )
 
 // Stop kills the pause process and tears the pod's network down. It is idempotent and
@@ -69,19 +71,12 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 
 // deleteTask kills and deletes the pause task; a missing task or container is fine.
 func (m *Manager) deleteTask(ctx context.Context, id string) error {
-	container, err := m.opts.Client.LoadContainer(ctx, id)
+	container, task, err := record.LoadTask(ctx, m.opts.Client, id)
 	if errdefs.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("load pause container %s: %w", id, err)
-	}
-	task, err := container.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("load pause task %s: %w", id, err)
+		return fmt.Errorf("pause task: %w", err)
 	}
 	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 		// A concurrent delete (or the shim's exit after it) can fail this one with
