@@ -1,12 +1,14 @@
 package runtime
 
 import (
+	"fmt"
 	"sync"
-
-	"github.com/shimd/shimd/runtime/spec"
 	"time"
 
+	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/runtime/spec"
 )
 
 // Container is one CRI container. Fields outside mu never change after Create.
@@ -35,6 +37,11 @@ type Container struct {
 	StopSignal  string
 	User        spec.User // resolved at create, reported in status
 
+	// statusDir holds status.json (Update writes it).
+	statusDir string
+
+	// mu guards the fields below. Only the methods in this file take it: state
+	// changes go through Update (persisted) or the small setters.
 	mu     sync.Mutex
 	status containerStatus
 	// resources are the current limits: the config's, then UpdateContainerResources'.
@@ -80,4 +87,77 @@ func (c *Container) Status() containerStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.status
+}
+
+// Update changes the status with fn and persists it. An error from fn cancels the
+// change. A failure to persist is returned but the change stays: the status in memory
+// is what happened to the process, the file only what a restart of shimd will see.
+// Updates are serialised, so the file always holds the latest status.
+func (c *Container) Update(fn func(st *containerStatus) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.status
+	if err := fn(&st); err != nil {
+		return err
+	}
+	c.status = st
+	return writeStatus(c.statusDir, st)
+}
+
+// beginStart marks a CREATED container as starting (in memory). started is true for
+// the retry of a StartContainer that shimd's crash cut short after the task had
+// started (recovery set StartRecovered): that start succeeded.
+func (c *Container) beginStart() (started bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status.StartRecovered {
+		return true, nil
+	}
+	if c.status.State != runtimeapi.ContainerState_CONTAINER_CREATED || c.status.Starting {
+		return false, fmt.Errorf("container %s is %s, not CREATED: %w", c.ID, c.status.State, errdefs.ErrFailedPrecondition)
+	}
+	c.status.Starting = true
+	return false, nil
+}
+
+// setStarting sets the in-memory Starting flag (not persisted).
+func (c *Container) setStarting(v bool) {
+	c.mu.Lock()
+	c.status.Starting = v
+	c.mu.Unlock()
+}
+
+// IO returns the container's IO, nil before start and after exit.
+func (c *Container) IO() *containerIO {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.io
+}
+
+func (c *Container) setIO(cio *containerIO) {
+	c.mu.Lock()
+	c.io = cio
+	c.mu.Unlock()
+}
+
+// markOOM remembers an OOM kill, reported as the reason of the exit.
+func (c *Container) markOOM() {
+	c.mu.Lock()
+	c.oom = true
+	c.mu.Unlock()
+}
+
+// exitInputs returns what finishing the container needs: whether it has exited
+// already, its IO and whether it was OOM-killed.
+func (c *Container) exitInputs() (exited bool, cio *containerIO, oom bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED, c.io, c.oom
+}
+
+// setResources records the limits of an UpdateContainerResources.
+func (c *Container) setResources(res *runtimeapi.LinuxContainerResources) {
+	c.mu.Lock()
+	c.resources = res
+	c.mu.Unlock()
 }

@@ -65,8 +65,9 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	if err != nil {
 		return nil, err
 	}
+	id := newContainerID()
 	c := &Container{
-		ID: newContainerID(), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
+		ID: id, statusDir: s.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
 		ImageName: cfg.GetImage().GetImage(), ImageRef: imageRef(img), LogPath: logPath,
 		CreatedAt: time.Now(), Snapshotter: rt.Snapshotter, StopSignal: img.Config.Config.StopSignal,
 		exited: make(chan struct{}),
@@ -141,7 +142,7 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	if _, err := s.opts.Client.NewContainer(ctx, c.ID, opts...); err != nil {
 		return fmt.Errorf("create containerd container: %w", err)
 	}
-	if err := s.setStatus(c, func(st *containerStatus) { st.State = runtimeapi.ContainerState_CONTAINER_CREATED }); err != nil {
+	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
 		cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
 		defer cancel()
 		_ = s.deleteContainerd(cctx, c)

@@ -36,22 +36,17 @@ func (s *Service) handleExit(containerID, execID string, status uint32, at time.
 // handleOOM remembers an OOM kill, reported as the reason when the container exits.
 func (s *Service) handleOOM(containerID string) {
 	if c, err := s.containers.get(containerID); err == nil && c.ID == containerID {
-		c.mu.Lock()
-		c.oom = true
-		c.mu.Unlock()
+		c.markOOM()
 	}
 }
 
 // finish records a container's exit: waits for its output to drain, deletes the task
 // (so the shim can go), and persists EXITED with code, reason and time. Idempotent.
 func (s *Service) finish(ctx context.Context, c *Container, status uint32, at time.Time) {
-	c.mu.Lock()
-	if c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-		c.mu.Unlock()
+	exited, cio, oom := c.exitInputs()
+	if exited {
 		return
 	}
-	cio, oom := c.io, c.oom
-	c.mu.Unlock()
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
 	if cio != nil {
 		select {
@@ -77,22 +72,21 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 	if at.IsZero() || at.Unix() <= 0 {
 		at = time.Now()
 	}
-	err := s.setStatus(c, func(st *containerStatus) {
+	err := c.Update(func(st *containerStatus) error {
 		if st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			return
+			return nil
 		}
 		st.State, st.ExitCode, st.Reason, st.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, int32(status), reason, at.UnixNano()
 		st.Starting = false
 		if st.StartedAt == 0 || st.StartedAt > st.FinishedAt {
 			st.StartedAt = st.FinishedAt
 		}
+		return nil
 	})
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("persist exit status")
 	}
-	c.mu.Lock()
-	c.io = nil
-	c.mu.Unlock()
+	c.setIO(nil)
 	closeOnce(c)
 	log.G(ctx).WithField("exit_code", status).WithField("reason", reason).Info("container exited")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)

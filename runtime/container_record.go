@@ -104,8 +104,7 @@ func (s *Service) containerDir(id string) string {
 // writeStatus persists the container's status atomically (temp file + rename). It
 // survives a crash of shimd (the page cache does); after a crash of the node there are
 // no containers to report on, so it is not fsynced.
-func (s *Service) writeStatus(c *Container, st containerStatus) error {
-	dir := s.containerDir(c.ID)
+func writeStatus(dir string, st containerStatus) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -137,13 +136,4 @@ func (s *Service) readStatus(id string) (containerStatus, error) {
 		return st, err
 	}
 	return st, json.Unmarshal(data, &st)
-}
-
-// setStatus updates the in-memory status under the lock and persists it.
-// The file is written under c.mu so that concurrent updates land in order.
-func (s *Service) setStatus(c *Container, update func(st *containerStatus)) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	update(&c.status)
-	return s.writeStatus(c, c.status)
 }

@@ -21,26 +21,15 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	if c.status.StartRecovered {
-		// The retry of a StartContainer that shimd's crash cut short after the task
-		// had started: that start succeeded.
-		c.mu.Unlock()
-		return &runtimeapi.StartContainerResponse{}, nil
+	if started, err := c.beginStart(); started || err != nil {
+		return &runtimeapi.StartContainerResponse{}, err
 	}
-	if c.status.State != runtimeapi.ContainerState_CONTAINER_CREATED || c.status.Starting {
-		state := c.status.State
-		c.mu.Unlock()
-		return nil, fmt.Errorf("container %s is %s, not CREATED: %w", c.ID, state, errdefs.ErrFailedPrecondition)
-	}
-	c.status.Starting = true
-	c.mu.Unlock()
 	sb, err := s.opts.Sandboxes.Get(c.SandboxID)
 	if err == nil && sb.State() != sandbox.StateReady {
 		err = fmt.Errorf("sandbox %s is not ready: %w", c.SandboxID, errdefs.ErrFailedPrecondition)
 	}
 	if err != nil {
-		s.setStarting(c, false)
+		c.setStarting(false)
 		return nil, err
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
@@ -55,11 +44,12 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 			err = fmt.Errorf("container %s: its command cannot be run: %s: %w", c.ID, execStartMessage(err), errdefs.ErrFailedPrecondition)
 		}
 		// As the kubelet expects: the container is EXITED with the reason, not CREATED.
-		_ = s.setStatus(c, func(st *containerStatus) {
+		_ = c.Update(func(st *containerStatus) error {
 			st.Starting = false
 			st.State = runtimeapi.ContainerState_CONTAINER_EXITED
 			st.ExitCode, st.Reason, st.Message = 128, "StartError", err.Error()
 			st.FinishedAt = time.Now().UnixNano()
+			return nil
 		})
 		closeOnce(c)
 		s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
@@ -68,12 +58,6 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	log.G(ctx).Info("container started")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return &runtimeapi.StartContainerResponse{}, nil
-}
-
-func (s *Service) setStarting(c *Container, v bool) {
-	c.mu.Lock()
-	c.status.Starting = v
-	c.mu.Unlock()
 }
 
 func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
@@ -108,14 +92,12 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 			cio.close()
 		}
 	}()
-	c.mu.Lock()
-	c.io = cio
-	c.mu.Unlock()
+	c.setIO(cio)
 	startedAt := time.Now()
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
-	return s.setStatus(c, func(st *containerStatus) {
+	return c.Update(func(st *containerStatus) error {
 		st.Starting = false
 		st.Pid = task.Pid()
 		// An exit may have been handled already (a command that ends at once).
@@ -123,6 +105,7 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 			st.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 			st.StartedAt = startedAt.UnixNano()
 		}
+		return nil
 	})
 }
 

@@ -63,9 +63,7 @@ func (s *Service) UpdateContainerResources(ctx context.Context, req *runtimeapi.
 			return nil, err
 		}
 	}
-	c.mu.Lock()
-	c.resources = res
-	c.mu.Unlock()
+	c.setResources(res)
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 
@@ -111,9 +109,7 @@ func (s *Service) ReopenContainerLog(_ context.Context, req *runtimeapi.ReopenCo
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	cio := c.io
-	c.mu.Unlock()
+	cio := c.IO()
 	if cio == nil || cio.log == nil {
 		return nil, fmt.Errorf("container %s has no log to reopen: %w", c.ID, errdefs.ErrFailedPrecondition)
 	}

@@ -53,7 +53,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			continue
 		}
 		st.Starting = false
-		c.status = st
+		c.status, c.statusDir = st, s.containerDir(c.ID) // not shared yet
 		s.containers.add(c)
 		switch st.State {
 		case runtimeapi.ContainerState_CONTAINER_EXITED:
@@ -76,7 +76,7 @@ func (s *Service) adopt(ctx context.Context, c *Container) {
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
 	cc, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
 	if cc != nil && errdefs.IsNotFound(err) {
-		if c.status.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if c.Status().State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			s.finish(ctx, c, 255, time.Now())
 		}
 		return
@@ -90,7 +90,7 @@ func (s *Service) adopt(ctx context.Context, c *Container) {
 		log.G(ctx).WithError(err).Warn("read task state")
 		return
 	}
-	created := c.status.State == runtimeapi.ContainerState_CONTAINER_CREATED
+	created := c.Status().State == runtimeapi.ContainerState_CONTAINER_CREATED
 	switch {
 	case created && st.Status == client.Created:
 		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
@@ -100,9 +100,10 @@ func (s *Service) adopt(ctx context.Context, c *Container) {
 		log.G(ctx).Info("interrupted start undone: the container is CREATED")
 		return
 	case created:
-		_ = s.setStatus(c, func(st *containerStatus) {
+		_ = c.Update(func(st *containerStatus) error {
 			st.State, st.Pid, st.StartedAt = runtimeapi.ContainerState_CONTAINER_RUNNING, task.Pid(), time.Now().UnixNano()
 			st.StartRecovered = true
+			return nil
 		})
 		log.G(ctx).Info("interrupted start had started the task: the container is RUNNING")
 	}
@@ -119,7 +120,7 @@ func (s *Service) adopt(ctx context.Context, c *Container) {
 		if err != nil {
 			return nil, err
 		}
-		c.io = cio
+		c.setIO(cio)
 		return cio.dio, nil
 	})
 	if err != nil {

@@ -25,9 +25,7 @@ func (b streamBackend) Attach(ctx context.Context, id string, in io.Reader, out,
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	cio := c.io
-	c.mu.Unlock()
+	cio := c.IO()
 	if cio == nil {
 		return fmt.Errorf("container %s has no IO to attach to: %w", c.ID, errdefs.ErrFailedPrecondition)
 	}

@@ -26,7 +26,8 @@ type ContainerdOptions struct {
 	// Dir is the directory for the daemon's config, log, root, state and
 	// sockets. Empty: a new base directory (see NewBaseDir). Keep it short.
 	Dir string
-	// Namespace is the default namespace of Client. Empty: "shimd".
+	// Namespace is the default namespace of Client (and of the leak check). Empty:
+	// "shimd-" and 6 random hex digits, so that the cgroups of concurrent runs never meet.
 	Namespace string
 	// LogLevel of the daemon. Empty: "debug".
 	LogLevel string
@@ -109,7 +110,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	c := &Containerd{
 		tools:   tools,
 		layout:  l,
-		ns:      or(opts.Namespace, "shimd"),
+		ns:      or(opts.Namespace, "shimd-"+randHex(3)),
 		major:   ver.Major,
 		cfgPath: cfgPath,
 		proc: &daemon{
@@ -121,6 +122,8 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 		},
 	}
 	c.proc.logOnFailure(t)
+	// After the shutdown: the namespace's parent cgroups (/<namespace>), left empty.
+	t.Cleanup(func() { removeNamespaceCgroups(c.ns) })
 	t.Cleanup(func() { c.shutdown(t) })
 	c.Restart(t)
 	return c

@@ -48,8 +48,6 @@ type Env struct {
 func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	e := &Env{Base: NewBaseDir(t), Tools: Tools(), Namespace: "shimd"}
-	// Last of all: the namespace's parent cgroups (/<namespace>), left empty.
-	t.Cleanup(func() { removeNamespaceCgroups(e.Namespace) })
 
 	// The conf dir shimd will use; also the CRI plugin's when NoShimd.
 	confDir := (&Shimd{dir: e.Base}).CNIConfDir()

@@ -125,7 +125,7 @@ func TestLeakCheckSeesTask(t *testing.T) {
 		cd := harness.StartContainerd(t, harness.ContainerdOptions{})
 		addr = cd.Address()
 		cl := cd.Client(t)
-		ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), "shimd"), time.Minute)
+		ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), cd.Namespace()), time.Minute)
 		defer cancel()
 
 		rootfs := cd.Dir() + "/rootfs"
@@ -144,7 +144,8 @@ func TestLeakCheckSeesTask(t *testing.T) {
 
 		leaks := strings.Join(harness.FindLeaks(ctx, harness.LeakCheck{Containerd: cd}), "\n")
 		t.Logf("leaks found (expected):\n%s", leaks)
-		require.Contains(t, leaks, "containerd container shimd/"+id)
+		require.Contains(t, leaks, "containerd container "+cd.Namespace()+"/"+id)
+		require.Contains(t, leaks, "cgroup /sys/fs/cgroup/memory/"+cd.Namespace()+"/"+id)
 		require.Contains(t, leaks, "containerd-shim-runc-v2")
 		require.Contains(t, leaks, "sleep 300")
 		// No AssertNoLeaks here: the harness cleanup must delete the task.
