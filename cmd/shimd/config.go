@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -38,6 +39,7 @@ type Config struct {
 	Streaming  StreamingConfig          `toml:"streaming"`
 	Registry   RegistryConfig           `toml:"registry"`
 	Debug      DebugConfig              `toml:"debug"`
+	Metrics    MetricsConfig            `toml:"metrics"`
 }
 
 // ContainerdConfig says where containerd is and which namespace is ours.
@@ -86,6 +88,12 @@ type StreamingConfig struct {
 // DebugConfig configures the debug endpoint (/debug/pprof/, /debug/stats).
 type DebugConfig struct {
 	// Address is an absolute unix socket path or IP:port; empty (the default) is off.
+	Address string `toml:"address"`
+}
+
+// MetricsConfig configures the Prometheus endpoint (/metrics).
+type MetricsConfig struct {
+	// Address is IP:port or an absolute unix socket path; empty (the default) is off.
 	Address string `toml:"address"`
 }
 
@@ -236,12 +244,30 @@ func (c *Config) validateStreamingAndDebug() error {
 	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
 		return errors.New("config keys streaming.tls_cert_file and streaming.tls_key_file: set both or neither")
 	}
-	if a := c.Debug.Address; a != "" && !filepath.IsAbs(a) {
-		if host, _, err := net.SplitHostPort(a); err != nil || net.ParseIP(host) == nil {
-			return fmt.Errorf("config key debug.address: %q is neither an absolute unix socket path nor IP:port", a)
+	addrs := map[string]string{"debug.address": c.Debug.Address, "metrics.address": c.Metrics.Address}
+	for _, k := range sortedKeys(addrs) {
+		if a := addrs[k]; a != "" && !filepath.IsAbs(a) {
+			if host, _, err := net.SplitHostPort(a); err != nil || net.ParseIP(host) == nil {
+				return fmt.Errorf("config key %s: %q is neither an absolute unix socket path nor IP:port (e.g. \"127.0.0.1:9101\"; \"\" turns it off)", k, a)
+			}
 		}
 	}
 	return nil
+}
+
+// JSON renders the configuration as JSON with the TOML file's key names (for crictl
+// info).
+func (c Config) JSON() (string, error) {
+	b, err := c.Encode()
+	if err != nil {
+		return "", err
+	}
+	var m map[string]any
+	if _, err := toml.Decode(string(b), &m); err != nil {
+		return "", err
+	}
+	out, err := json.Marshal(m)
+	return string(out), err
 }
 
 // Encode renders the configuration as TOML.

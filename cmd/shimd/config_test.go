@@ -48,6 +48,10 @@ func TestLoadConfig(t *testing.T) {
 		{name: "debug on a unix socket", file: "[debug]\naddress = \"/run/shimd/debug.sock\"\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, "/run/shimd/debug.sock", c.Debug.Address)
 		}},
+		{name: "metrics address must be an IP:port or a path", file: "[metrics]\naddress = \":9101\"\n", wantErr: "config key metrics.address"},
+		{name: "metrics on loopback", file: "[metrics]\naddress = \"127.0.0.1:9101\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, "127.0.0.1:9101", c.Metrics.Address)
+		}},
 		{name: "type mismatch", file: "[streaming]\nport = \"x\"\n", wantErr: "port"},
 	}
 	for _, tt := range tests {
