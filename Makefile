@@ -60,8 +60,22 @@ tools:
 pause:
 	$(MAKE) -C sandbox/pause
 
+# The binary, the systemd unit (hack/systemd; started only by systemctl), the containerd
+# drop-in hack/run.sh uses when it installs containerd for shimd, and a commented default
+# config (an existing config is kept).
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/shimd
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/shimd $(DESTDIR)$(PREFIX)/share/shimd
+	sed -e 's#@BINDIR@#$(PREFIX)/bin#g' -e 's#@CONFIG@#$(SYSCONFDIR)/shimd/config.toml#g' \
+		hack/systemd/shimd.service >$(DESTDIR)$(UNITDIR)/shimd.service
+	install -m 0644 hack/systemd/containerd.service.d/10-shimd.conf $(DESTDIR)$(PREFIX)/share/shimd/containerd-10-shimd.conf
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/shimd/config.toml ]; then \
+		echo "keeping $(DESTDIR)$(SYSCONFDIR)/shimd/config.toml"; \
+	else \
+		$(BIN) config default --commented >$(DESTDIR)$(SYSCONFDIR)/shimd/config.toml; \
+	fi
 
 # Set up this machine (Debian 12) and run shimd in the foreground-less way README shows.
 run: build

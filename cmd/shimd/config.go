@@ -285,3 +285,46 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// commentedHeader starts the config file `make install` writes.
+const commentedHeader = `# shimd configuration (TOML), as written by "make install".
+# Every key is listed with its default value, commented out: uncomment and change what
+# you need, then restart shimd (systemctl restart shimd; pods keep running). README.md
+# ("Configuration") explains each key; "shimd config default" prints these defaults.
+# shimd refuses unknown keys and invalid values at start with a message naming the key.
+# Metrics (Prometheus, off by default): set [metrics] address = "127.0.0.1:9101".
+
+`
+
+// defaultConfigText is what `shimd config default [--commented]` prints.
+func defaultConfigText(commented bool) ([]byte, error) {
+	out, err := DefaultConfig().Encode()
+	if err != nil || !commented {
+		return out, err
+	}
+	var b bytes.Buffer
+	b.WriteString(commentedHeader)
+	for _, line := range strings.SplitAfter(string(out), "\n") {
+		if strings.TrimSpace(line) != "" {
+			b.WriteString("# ")
+		}
+		b.WriteString(line)
+	}
+	return b.Bytes(), nil
+}
+
+const usageHead = `Usage: shimd [flags]           run the CRI server
+       shimd config default [--commented]   print the default config file
+
+Flags:
+`
+
+const usageTail = `
+The config file's keys are listed, with defaults, by "shimd config default" and
+explained in README.md ("Configuration"). Errors at start name the key to fix, e.g.
+"config key metrics.address: ... (e.g. "127.0.0.1:9101"; "" turns it off)".
+Common fixes: containerd.address must be containerd's socket (is containerd running?);
+socket must be a path no other process listens on; cni.conf_dir holds the network
+config (NetworkReady stays false until a valid one appears there; shimd follows the
+directory); metrics.address and debug.address are IP:port or an absolute socket path.
+`

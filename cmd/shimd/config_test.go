@@ -97,3 +97,26 @@ func TestConfigFromFlags(t *testing.T) {
 	_, err = configFromFlags([]string{"--config", path, "--socket", "rel.sock"})
 	require.ErrorContains(t, err, "config key socket")
 }
+
+func TestCommentedDefaultConfig(t *testing.T) {
+	out, err := defaultConfigText(true)
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		require.True(t, line == "" || strings.HasPrefix(line, "#"), "uncommented line %q", line)
+	}
+	// Every key is there: uncommenting gives exactly the defaults.
+	var b strings.Builder
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "# ") && !strings.HasPrefix(string(out), line) {
+			b.WriteString(strings.TrimPrefix(line, "# ") + "\n")
+		}
+	}
+	body := b.String()[strings.Index(b.String(), "socket = "):]
+	c, err := parseConfig(Config{}, []byte(body), "commented")
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), c)
+	// The file as written parses too (all defaults).
+	c, err = parseConfig(DefaultConfig(), out, "commented")
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), c)
+}

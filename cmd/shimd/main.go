@@ -33,8 +33,7 @@ var version = "0.1.0-dev"
 
 func main() {
 	if len(os.Args) >= 3 && os.Args[1] == "config" && os.Args[2] == "default" {
-		cfg := DefaultConfig()
-		out, err := cfg.Encode()
+		out, err := defaultConfigText(len(os.Args) > 3 && os.Args[3] == "--commented")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -64,6 +63,11 @@ func configFromFlags(args []string) (*Config, error) {
 	socket := fs.String("socket", "", "CRI socket path (overrides socket)")
 	address := fs.String("containerd-address", "", "containerd socket (overrides containerd.address)")
 	level := fs.String("log-level", "", "log level (overrides log_level)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), usageTail)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
