@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -51,6 +52,26 @@ func (c *CNI) ConfigWarning() string {
 		return ""
 	}
 	return fmt.Sprintf("%v; still using network %q from %s", c.loadErr, c.list.Name, c.listFile)
+}
+
+// Describe is the network in use as JSON, for verbose Status (crictl info):
+// {"name", "file", "error"}, the last a failed load's error.
+func (c *CNI) Describe() string {
+	c.mu.Lock()
+	d := struct {
+		Name  string `json:"name"`
+		File  string `json:"file"`
+		Error string `json:"error,omitempty"`
+	}{File: c.listFile}
+	if c.list != nil {
+		d.Name = c.list.Name
+	}
+	if c.loadErr != nil {
+		d.Error = c.loadErr.Error()
+	}
+	c.mu.Unlock()
+	b, _ := json.Marshal(d)
+	return string(b)
 }
 
 // network is the config list in use.

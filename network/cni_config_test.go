@@ -37,6 +37,8 @@ func TestReloadKeepsLastGoodConfig(t *testing.T) {
 	list, err := c.network()
 	require.NoError(t, err)
 	require.Equal(t, "a", list.Name)
+	require.Contains(t, c.Describe(), `"name":"a"`)
+	require.Contains(t, c.Describe(), `05-bad.conflist`)
 
 	// Fixed: the new file wins and the warning goes.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "05-bad.conflist"), []byte(conflist("b")), 0o644))

@@ -17,6 +17,8 @@ type Network interface {
 	// ConfigWarning describes a network config that failed to load while an older
 	// one stays in use ("" if none).
 	ConfigWarning() string
+	// Describe is the network in use as JSON, for verbose Status.
+	Describe() string
 	SetPodCIDR(cidr string)
 }
 

@@ -50,7 +50,7 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 		}
 	}
 	if req.GetVerbose() {
-		resp.Info = map[string]string{"config": s.opts.ConfigJSON}
+		resp.Info = map[string]string{"config": s.opts.ConfigJSON, "network": s.opts.Network.Describe()}
 	}
 	return resp, nil
 }

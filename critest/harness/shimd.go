@@ -37,6 +37,8 @@ type ShimdOptions struct {
 	// NoCNIConfig leaves the CNI conf dir empty (for NetworkReady=false
 	// tests). StartShimd never writes a network itself; New honours this.
 	NoCNIConfig bool
+	// Env is added to shimd's environment (e.g. NOTIFY_SOCKET=...).
+	Env []string
 }
 
 // Shimd is a shimd daemon started by the harness.
@@ -88,7 +90,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 		name:    "shimd",
 		path:    bin,
 		args:    []string{"--config", s.cfgPath},
-		env:     daemonEnv(tools.BinDir),
+		env:     append(daemonEnv(tools.BinDir), opts.Env...),
 		logPath: filepath.Join(dir, "shimd.log"),
 	}
 	s.proc.logOnFailure(t)
