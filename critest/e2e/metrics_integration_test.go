@@ -83,7 +83,9 @@ func TestMetricsDuringPodLifecycle(t *testing.T) {
 	require.Equal(t, codes.NotFound, status.Code(err))
 
 	mid := scrape(t, sock)
-	key := func(rpc, code string) string { return fmt.Sprintf(`shimd_rpc_requests_total{code=%q,rpc=%q}`, code, rpc) }
+	key := func(rpc, code string) string {
+		return fmt.Sprintf(`shimd_rpc_requests_total{code=%q,rpc=%q}`, code, rpc)
+	}
 	require.Equal(t, before[key("RunPodSandbox", "OK")]+1, mid[key("RunPodSandbox", "OK")])
 	require.Equal(t, before[key("PodSandboxStatus", "NotFound")]+1, mid[key("PodSandboxStatus", "NotFound")])
 	require.Equal(t, 1.0, mid[`shimd_rpc_duration_seconds_count{rpc="RunPodSandbox"}`])
