@@ -157,7 +157,7 @@ func LoadConfig(path string, mustExist bool) (Config, error) {
 		return cfg, cfg.Validate()
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("read config: %w", err)
+		return cfg, fmt.Errorf("read config: %w (give an existing file to --config, or leave --config out to use %s if present, else the defaults)", err, "/etc/shimd/config.toml")
 	}
 	return parseConfig(cfg, data, path)
 }

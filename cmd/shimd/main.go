@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,6 +43,9 @@ func main() {
 		return
 	}
 	cfg, err := configFromFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shimd:", err)
 		os.Exit(2)
@@ -259,7 +263,7 @@ func recoverUntilDone(ctx context.Context, done func(time.Duration), steps ...fu
 			done(d)
 			return
 		}
-		log.G(ctx).WithError(err).Warn("recovery failed; retrying")
+		log.G(ctx).WithError(err).Warn("recovery failed; retrying (does containerd answer on config key containerd.address?)")
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
