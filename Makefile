@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/shimd
 # The e2e tests also run against Debian's containerd 1.6 (smoke run).
-SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSandboxes|TestCrictlPods|TestInvalidRequests|TestImagePullListStatusRemove|TestPullVerifiesStreamedLayers|TestContainerLifecycle|TestContainerEvents|TestImageVolumes|TestKill9DuringPullLeavesNothing|TestUpdateContainerResourcesSurvivesRestart
+SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSandboxes|TestCrictlPods|TestInvalidRequests|TestImagePullListStatusRemove|TestPullVerifiesStreamedLayers|TestContainerLifecycle|TestContainerEvents|TestImageVolumes|TestKill9DuringPullLeavesNothing|TestUpdateContainerResourcesSurvivesRestart|TestCNIConfigFollowsTheNode|TestSystemdNotifyReadyAfterRecovery|TestMetricsDuringPodLifecycle
 
 .PHONY: all build check test integration integration-1.6 bench install run tools pause clean
 
