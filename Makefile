@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/shimd
 # The e2e tests also run against Debian's containerd 1.6 (smoke run).
-SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSandboxes|TestCrictlPods|TestInvalidRequests|TestImagePullListStatusRemove|TestPullVerifiesStreamedLayers|TestContainerLifecycle|TestContainerEvents|TestImageVolumes|TestKill9DuringPullLeavesNothing|TestUpdateContainerResourcesSurvivesRestart|TestKill9DuringStopPodSandboxLeavesNothing|TestContainerdKilledDuringShimStartLeavesNoShim|TestKill9DuringStartContainerRetrySucceeds|TestLeftoverCgroupsRemoved|TestCreateContainerRetryAfterKill9|TestContainersRunInTheirPodsShim
+SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSandboxes|TestCrictlPods|TestInvalidRequests|TestImagePullListStatusRemove|TestPullVerifiesStreamedLayers|TestContainerLifecycle|TestContainerEvents|TestImageVolumes|TestKill9DuringPullLeavesNothing|TestUpdateContainerResourcesSurvivesRestart|TestKill9DuringStopPodSandboxLeavesNothing|TestContainerdKilledDuringShimStartLeavesNoShim|TestKill9DuringStartContainerRetrySucceeds|TestLeftoverCgroupsRemoved|TestCreateContainerRetryAfterKill9|TestContainersRunInTheirPodsShim|TestCNIConfigFollowsTheNode|TestSystemdNotifyReadyAfterRecovery|TestMetricsDuringPodLifecycle
 
 .PHONY: all build check test integration integration-1.6 bench install run tools pause clean fuzz
 
@@ -77,8 +77,22 @@ tools:
 pause:
 	$(MAKE) -C sandbox/pause
 
+# The binary, the systemd unit (hack/systemd; started only by systemctl), the containerd
+# drop-in hack/run.sh uses when it installs containerd for shimd, and a commented default
+# config (an existing config is kept).
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/shimd
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/shimd $(DESTDIR)$(PREFIX)/share/shimd
+	sed -e 's#@BINDIR@#$(PREFIX)/bin#g' -e 's#@CONFIG@#$(SYSCONFDIR)/shimd/config.toml#g' \
+		hack/systemd/shimd.service >$(DESTDIR)$(UNITDIR)/shimd.service
+	install -m 0644 hack/systemd/containerd.service.d/10-shimd.conf $(DESTDIR)$(PREFIX)/share/shimd/containerd-10-shimd.conf
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/shimd/config.toml ]; then \
+		echo "keeping $(DESTDIR)$(SYSCONFDIR)/shimd/config.toml"; \
+	else \
+		$(BIN) config default --commented >$(DESTDIR)$(SYSCONFDIR)/shimd/config.toml; \
+	fi
 
 # Set up this machine (Debian 12) and run shimd in the foreground-less way README shows.
 run: build

@@ -4,7 +4,12 @@
 #   - starts containerd (with its own CRI plugin off) if nothing answers on its socket,
 #   - writes a bridge CNI network in 198.18.0.0/16 if /etc/cni/net.d has none,
 #   - builds shimd and starts it on /run/shimd/shimd.sock.
-# Logs: /var/log/shimd/{containerd,shimd}.log. Stop: kill "$(cat /run/shimd/shimd.pid)".
+# With systemd as PID 1, containerd and shimd run as systemd services (`make install`
+# puts shimd.service in place; a containerd this script installs gets the drop-in
+# hack/systemd/containerd.service.d/10-shimd.conf). Logs: journalctl -u shimd; stop:
+# systemctl stop shimd.
+# Without systemd they run in the background. Logs: /var/log/shimd/{containerd,shimd}.log.
+# Stop: kill "$(cat /run/shimd/shimd.pid)".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root" >&2; exit 1; }
@@ -12,6 +17,9 @@ cd "$(dirname "$0")/.."
 CONTAINERD_SOCK=${CONTAINERD_SOCK:-/run/containerd/containerd.sock}
 LOGDIR=/var/log/shimd
 mkdir -p "$LOGDIR" /etc/shimd /run/shimd
+# systemd runs as PID 1 (not merely installed): the directory exists only then.
+SYSTEMD=false
+[ -d /run/systemd/system ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && SYSTEMD=true
 
 if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! [ -x /usr/lib/cni/bridge ] && ! [ -x /opt/cni/bin/bridge ]; then
 	apt-get update -qq
@@ -26,7 +34,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "$CONTAINERD_SOCK"
 TOML
 	echo "starting containerd ($(containerd --version | awk '{print $3}'))"
-	nohup containerd --config /etc/shimd/containerd.toml >"$LOGDIR/containerd.log" 2>&1 &
+	if $SYSTEMD; then
+		install -D -m 0644 hack/systemd/containerd.service.d/10-shimd.conf /etc/systemd/system/containerd.service.d/10-shimd.conf
+		systemctl daemon-reload
+		systemctl enable containerd >/dev/null 2>&1 || true
+		systemctl restart containerd
+	else
+		nohup containerd --config /etc/shimd/containerd.toml >"$LOGDIR/containerd.log" 2>&1 &
+	fi
 	for _ in $(seq 100); do ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 
@@ -45,6 +60,22 @@ if [ -z "$(ls /etc/cni/net.d 2>/dev/null)" ]; then
 JSON
 fi
 sysctl -qw net.ipv4.conf.all.route_localnet=1 || true
+
+if $SYSTEMD; then
+	# The unit, the binary and (unless present) a commented default config.
+	make install PREFIX=/usr/local >/dev/null
+	if [ "$CONTAINERD_SOCK" != /run/containerd/containerd.sock ]; then
+		mkdir -p /etc/systemd/system/shimd.service.d
+		printf '[Service]\nExecStart=\nExecStart=/usr/local/bin/shimd --config /etc/shimd/config.toml --containerd-address %s\n' \
+			"$CONTAINERD_SOCK" >/etc/systemd/system/shimd.service.d/10-address.conf
+	fi
+	systemctl daemon-reload
+	systemctl enable shimd >/dev/null 2>&1
+	# Type=notify: returns once shimd has recovered and serves. Pods survive the restart.
+	systemctl restart shimd
+	echo "shimd is running under systemd (systemctl status shimd) on unix:///run/shimd/shimd.sock; log: journalctl -u shimd"
+	exit 0
+fi
 
 go build -o bin/shimd ./cmd/shimd
 install -m 0755 bin/shimd /usr/local/bin/shimd

@@ -63,12 +63,15 @@ func (s *Service) pullShared(ctx context.Context, ref Ref, snap string, auth *ru
 	}
 }
 
-func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *runtimeapi.AuthConfig) (string, error) {
+func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *runtimeapi.AuthConfig) (id string, err error) {
 	start := time.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p := &progress{}
 	p.mark()
+	if obs := s.opts.PullObserver; obs != nil {
+		defer func() { obs(PullStats{Bytes: p.bytes.Load(), Duration: time.Since(start), Err: err}) }()
+	}
 	stalled := errors.New("stalled")
 	go func() { // watchdog; ends with the pull
 		tick := time.NewTicker(min(s.opts.NoProgressTimeout/10, time.Second))

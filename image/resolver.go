@@ -57,7 +57,11 @@ func authHost(ref Ref, auth *runtimeapi.AuthConfig, host string) bool {
 }
 
 // progress counts bytes received by a pull, so a watchdog can cancel a stalled one.
-type progress struct{ last atomic.Int64 }
+// It also counts the bytes, for PullObserver.
+type progress struct {
+	last  atomic.Int64
+	bytes atomic.Int64
+}
 
 func (p *progress) mark() { p.last.Store(time.Now().UnixNano()) }
 
@@ -94,6 +98,7 @@ func (b *progressBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.p.mark()
+		b.p.bytes.Add(int64(n))
 	}
 	return n, err
 }

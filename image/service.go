@@ -28,6 +28,17 @@ type Options struct {
 	Pinned []string
 	// PinnedLabel marks image records as pinned (set on the built-in pause image).
 	PinnedLabel string
+	// PullObserver, if set, is told about every pull that ran (shared pulls once).
+	PullObserver func(PullStats)
+}
+
+// PullStats describes one finished pull, for metrics.
+type PullStats struct {
+	// Bytes received from registries (manifests, configs and layers).
+	Bytes    int64
+	Duration time.Duration
+	// Err is nil for a pull that succeeded.
+	Err error
 }
 
 // Service implements runtimeapi.ImageServiceServer.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containernetworking/cni/libcni"
@@ -21,18 +22,26 @@ type Options struct {
 	ConfDir  string
 	BinDirs  []string
 	CacheDir string
+	// Observer, if set, is told about every CNI ADD ("add") and DEL ("del").
+	Observer func(op string, d time.Duration, err error)
 }
 
 // CNI runs CNI plugins for pods. The network is the first config (by file name) in
-// ConfDir, loaded at start and, while none could be loaded, again on each use.
+// ConfDir, loaded at start, again whenever Watch sees the directory change and, while
+// none could be loaded, again on each use. A pod is torn down with the config it was
+// set up with (libcni's cache keeps it), whatever the directory holds by then.
 //
 // Lock order: mu only; never held while a plugin runs.
 type CNI struct {
 	opts Options
 	cni  *libcni.CNIConfig
 
-	mu      sync.Mutex
-	list    *libcni.NetworkConfigList
+	mu sync.Mutex
+	// list is the network in use: the last config that loaded.
+	list *libcni.NetworkConfigList
+	// listFile is the file list came from.
+	listFile string
+	// loadErr is the last load's failure (nil once a load succeeds).
 	loadErr error
 	podCIDR string
 }
@@ -79,61 +88,11 @@ func NewCNI(opts Options) (*CNI, error) {
 	return c, nil
 }
 
-// Reload reads the network config again from ConfDir.
-func (c *CNI) Reload() {
-	list, err := loadFirst(c.opts.ConfDir)
-	c.mu.Lock()
-	c.list, c.loadErr = list, err
-	c.mu.Unlock()
-}
-
-// Ready reports whether a network config is loaded, reloading it if not.
-func (c *CNI) Ready() error {
-	_, err := c.network()
-	return err
-}
-
 // SetPodCIDR keeps the node's pod CIDR, handed to IPAM plugins that take ranges.
 func (c *CNI) SetPodCIDR(cidr string) {
 	c.mu.Lock()
 	c.podCIDR = cidr
 	c.mu.Unlock()
-}
-
-func (c *CNI) network() (*libcni.NetworkConfigList, error) {
-	c.mu.Lock()
-	loaded := c.list != nil
-	c.mu.Unlock()
-	if !loaded {
-		c.Reload()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.list, c.loadErr
-}
-
-func loadFirst(dir string) (*libcni.NetworkConfigList, error) {
-	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
-	if err != nil {
-		return nil, fmt.Errorf("cni config dir %s: %v: %w", dir, err, errdefs.ErrFailedPrecondition)
-	}
-	for _, f := range files {
-		var list *libcni.NetworkConfigList
-		if len(f) > 9 && f[len(f)-9:] == ".conflist" {
-			list, err = libcni.ConfListFromFile(f)
-		} else {
-			var conf *libcni.NetworkConfig
-			conf, err = libcni.ConfFromFile(f)
-			if err == nil {
-				list, err = libcni.ConfListFromConf(conf)
-			}
-		}
-		if err != nil || len(list.Plugins) == 0 {
-			continue
-		}
-		return list, nil
-	}
-	return nil, fmt.Errorf("no valid CNI network config in %s: the network is not ready: %w", dir, errdefs.ErrFailedPrecondition)
 }
 
 func (c *CNI) runtimeConf(a Attachment, ifName string) *libcni.RuntimeConf {
@@ -162,7 +121,7 @@ func (c *CNI) runtimeConf(a Attachment, ifName string) *libcni.RuntimeConf {
 }
 
 // Setup brings loopback up (directly over netlink: it needs no plugin) and attaches the pod to the network as eth0.
-func (c *CNI) Setup(ctx context.Context, a Attachment) (*Result, error) {
+func (c *CNI) Setup(ctx context.Context, a Attachment) (res *Result, err error) {
 	list, err := c.network()
 	if err != nil {
 		return nil, err
@@ -170,31 +129,73 @@ func (c *CNI) Setup(ctx context.Context, a Attachment) (*Result, error) {
 	if err := loopbackUp(a.NetNSPath); err != nil {
 		return nil, err
 	}
-	res, err := c.cni.AddNetworkList(ctx, list, c.runtimeConf(a, "eth0"))
+	defer c.observe("add", time.Now(), &err)
+	r, err := c.cni.AddNetworkList(ctx, list, c.runtimeConf(a, "eth0"))
 	if err != nil {
 		// A plugin failure (IPAM, bridge, portmap) is the network's, not the request's:
 		// Unavailable, with the plugin's message.
 		return nil, fmt.Errorf("cni add network %s: %w", list.Name, classifyCNI(err))
 	}
-	return parseResult(res)
+	return parseResult(r)
 }
 
-// Teardown detaches the pod (CNI DEL); it succeeds for a pod never attached. An empty
-// NetNSPath still releases the IPAM lease (CNI allows DEL without a netns).
-func (c *CNI) Teardown(ctx context.Context, a Attachment) error {
-	list, err := c.network()
-	if err != nil {
-		return err
-	}
+// Teardown detaches the pod (CNI DEL) with the config it was attached with, kept in
+// libcni's cache by ADD; without a cache entry, with the current config. It succeeds
+// for a pod never attached. An empty NetNSPath still releases the IPAM lease (CNI
+// allows DEL without a netns).
+func (c *CNI) Teardown(ctx context.Context, a Attachment) (err error) {
 	if a.NetNSPath != "" {
 		if _, err := os.Stat(a.NetNSPath); err != nil {
 			a.NetNSPath = ""
 		}
 	}
-	if err := c.cni.DelNetworkList(ctx, list, c.runtimeConf(a, "eth0")); err != nil {
+	rt := c.runtimeConf(a, "eth0")
+	list, cachedRT, err := c.cachedNetwork(rt)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		if list, err = c.network(); err != nil {
+			return err
+		}
+	} else {
+		rt = cachedRT
+	}
+	defer c.observe("del", time.Now(), &err)
+	if err := c.cni.DelNetworkList(ctx, list, rt); err != nil {
 		return fmt.Errorf("cni del network %s: %w", list.Name, classifyCNI(err))
 	}
 	return nil
+}
+
+// cachedNetwork finds the config list an ADD of rt's container and interface cached,
+// and rt with the cached CNI args and capabilities; nil if nothing is cached.
+func (c *CNI) cachedNetwork(rt *libcni.RuntimeConf) (*libcni.NetworkConfigList, *libcni.RuntimeConf, error) {
+	atts, err := c.cni.GetCachedAttachments(rt.ContainerID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read cni cache of %s: %w", rt.ContainerID, err)
+	}
+	for _, att := range atts {
+		if att.IfName != rt.IfName || att.ContainerID != rt.ContainerID {
+			continue
+		}
+		b, cached, err := c.cni.GetNetworkListCachedConfig(&libcni.NetworkConfigList{Name: att.Network}, rt)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		list, err := libcni.ConfListFromBytes(b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cached cni config of %s: %w", rt.ContainerID, err)
+		}
+		return list, cached, nil
+	}
+	return nil, nil, nil
+}
+
+func (c *CNI) observe(op string, start time.Time, err *error) {
+	if c.opts.Observer != nil {
+		c.opts.Observer(op, time.Since(start), *err)
+	}
 }
 
 func parseResult(res types.Result) (*Result, error) {

@@ -4,7 +4,8 @@
 // RunPodSandbox, end to end:
 //
 //	cmd/shimd interceptor: request id + logger, Unavailable until recovery is done,
-//	    panic -> Internal, errdefs class -> gRPC code (the only place codes are chosen)
+//	    panic -> Internal, errdefs class -> gRPC code (the only place codes are chosen),
+//	    then the RPC's latency and code into shimd's metrics
 //	runtime.RunPodSandbox: validateSandboxConfig (InvalidArgument naming the field)
 //	sandbox.Manager.Run: reserve the name (a retry joins or reuses the first Run), then,
 //	    detached from the request so a kubelet timeout leaves a whole pod or nothing:
@@ -12,11 +13,13 @@
 //	    2. containerd container, phase "creating" (the durable intent record)
 //	    3. hostname, hosts, resolv.conf (from DNSConfig only), /dev/shm tmpfs
 //	    4. network namespace pinned at <state>/netns/<id>
-//	    5. CNI ADD and the pause task, concurrently
+//	    5. CNI ADD (the network loaded from cni.conf_dir now; libcni caches it for the
+//	       DEL) and the pause task, concurrently
 //	    6. record phase "created" with the IPs: READY
 //	    each step pushes its undo; on failure they run in reverse.
 //
-// StopPodSandbox kills the pause task, runs CNI DEL, removes the netns and unmounts
+// StopPodSandbox kills the pause task, runs CNI DEL (with the config the pod's ADD
+// cached, even after cni.conf_dir changed), removes the netns and unmounts
 // /dev/shm; RemovePodSandbox also deletes the container, its snapshot and its files.
 // Both are idempotent and succeed for unknown ids.
 //

@@ -14,6 +14,11 @@ import (
 // Network is what the runtime service asks of pod networking directly.
 type Network interface {
 	Ready() error
+	// ConfigWarning describes a network config that failed to load while an older
+	// one stays in use ("" if none).
+	ConfigWarning() string
+	// Describe is the network in use as JSON, for verbose Status.
+	Describe() string
 	SetPodCIDR(cidr string)
 }
 
@@ -39,7 +44,8 @@ type Options struct {
 	Namespace string
 	// Node is what shimd learned about the node at start.
 	Node NodeInfo
-	// Version is shimd's version; ConfigJSON the effective config, for verbose Status.
+	// Version is shimd's version; ConfigJSON the effective config (keys as in the
+	// TOML file), for verbose Status.
 	Version    string
 	ConfigJSON string
 	// CgroupDriver is "cgroupfs" or "systemd".

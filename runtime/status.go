@@ -26,6 +26,10 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 		networkCond.Status = false
 		networkCond.Reason = "NetworkPluginNotReady"
 		networkCond.Message = "no CNI network config loaded: " + err.Error()
+	} else if w := s.opts.Network.ConfigWarning(); w != "" {
+		// Pods still get the last good network: ready, with the problem named.
+		networkCond.Reason = "InvalidNetworkConfig"
+		networkCond.Message = w
 	}
 	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeCond, networkCond}},
@@ -46,7 +50,7 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 		}
 	}
 	if req.GetVerbose() {
-		resp.Info = map[string]string{"config": s.opts.ConfigJSON}
+		resp.Info = map[string]string{"config": s.opts.ConfigJSON, "network": s.opts.Network.Describe()}
 	}
 	return resp, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -38,6 +39,7 @@ type Config struct {
 	Streaming  StreamingConfig          `toml:"streaming"`
 	Registry   RegistryConfig           `toml:"registry"`
 	Debug      DebugConfig              `toml:"debug"`
+	Metrics    MetricsConfig            `toml:"metrics"`
 }
 
 // ContainerdConfig says where containerd is and which namespace is ours.
@@ -86,6 +88,12 @@ type StreamingConfig struct {
 // DebugConfig configures the debug endpoint (/debug/pprof/, /debug/stats).
 type DebugConfig struct {
 	// Address is an absolute unix socket path or IP:port; empty (the default) is off.
+	Address string `toml:"address"`
+}
+
+// MetricsConfig configures the Prometheus endpoint (/metrics).
+type MetricsConfig struct {
+	// Address is IP:port or an absolute unix socket path; empty (the default) is off.
 	Address string `toml:"address"`
 }
 
@@ -149,7 +157,7 @@ func LoadConfig(path string, mustExist bool) (Config, error) {
 		return cfg, cfg.Validate()
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("read config: %w", err)
+		return cfg, fmt.Errorf("read config: %w (give an existing file to --config, or leave --config out to use %s if present, else the defaults)", err, "/etc/shimd/config.toml")
 	}
 	return parseConfig(cfg, data, path)
 }
@@ -236,12 +244,30 @@ func (c *Config) validateStreamingAndDebug() error {
 	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
 		return errors.New("config keys streaming.tls_cert_file and streaming.tls_key_file: set both or neither")
 	}
-	if a := c.Debug.Address; a != "" && !filepath.IsAbs(a) {
-		if host, _, err := net.SplitHostPort(a); err != nil || net.ParseIP(host) == nil {
-			return fmt.Errorf("config key debug.address: %q is neither an absolute unix socket path nor IP:port", a)
+	addrs := map[string]string{"debug.address": c.Debug.Address, "metrics.address": c.Metrics.Address}
+	for _, k := range sortedKeys(addrs) {
+		if a := addrs[k]; a != "" && !filepath.IsAbs(a) {
+			if host, _, err := net.SplitHostPort(a); err != nil || net.ParseIP(host) == nil {
+				return fmt.Errorf("config key %s: %q is neither an absolute unix socket path nor IP:port (e.g. \"127.0.0.1:9101\"; \"\" turns it off)", k, a)
+			}
 		}
 	}
 	return nil
+}
+
+// JSON renders the configuration as JSON with the TOML file's key names (for crictl
+// info).
+func (c Config) JSON() (string, error) {
+	b, err := c.Encode()
+	if err != nil {
+		return "", err
+	}
+	var m map[string]any
+	if _, err := toml.Decode(string(b), &m); err != nil {
+		return "", err
+	}
+	out, err := json.Marshal(m)
+	return string(out), err
 }
 
 // Encode renders the configuration as TOML.
@@ -259,3 +285,46 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// commentedHeader starts the config file `make install` writes.
+const commentedHeader = `# shimd configuration (TOML), as written by "make install".
+# Every key is listed with its default value, commented out: uncomment and change what
+# you need, then restart shimd (systemctl restart shimd; pods keep running). README.md
+# ("Configuration") explains each key; "shimd config default" prints these defaults.
+# shimd refuses unknown keys and invalid values at start with a message naming the key.
+# Metrics (Prometheus, off by default): set [metrics] address = "127.0.0.1:9101".
+
+`
+
+// defaultConfigText is what `shimd config default [--commented]` prints.
+func defaultConfigText(commented bool) ([]byte, error) {
+	out, err := DefaultConfig().Encode()
+	if err != nil || !commented {
+		return out, err
+	}
+	var b bytes.Buffer
+	b.WriteString(commentedHeader)
+	for _, line := range strings.SplitAfter(string(out), "\n") {
+		if strings.TrimSpace(line) != "" {
+			b.WriteString("# ")
+		}
+		b.WriteString(line)
+	}
+	return b.Bytes(), nil
+}
+
+const usageHead = `Usage: shimd [flags]           run the CRI server
+       shimd config default [--commented]   print the default config file
+
+Flags:
+`
+
+const usageTail = `
+The config file's keys are listed, with defaults, by "shimd config default" and
+explained in README.md ("Configuration"). Errors at start name the key to fix, e.g.
+"config key metrics.address: ... (e.g. "127.0.0.1:9101"; "" turns it off)".
+Common fixes: containerd.address must be containerd's socket (is containerd running?);
+socket must be a path no other process listens on; cni.conf_dir holds the network
+config (NetworkReady stays false until a valid one appears there; shimd follows the
+directory); metrics.address and debug.address are IP:port or an absolute socket path.
+`

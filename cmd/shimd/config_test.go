@@ -48,6 +48,10 @@ func TestLoadConfig(t *testing.T) {
 		{name: "debug on a unix socket", file: "[debug]\naddress = \"/run/shimd/debug.sock\"\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, "/run/shimd/debug.sock", c.Debug.Address)
 		}},
+		{name: "metrics address must be an IP:port or a path", file: "[metrics]\naddress = \":9101\"\n", wantErr: "config key metrics.address"},
+		{name: "metrics on loopback", file: "[metrics]\naddress = \"127.0.0.1:9101\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, "127.0.0.1:9101", c.Metrics.Address)
+		}},
 		{name: "type mismatch", file: "[streaming]\nport = \"x\"\n", wantErr: "port"},
 	}
 	for _, tt := range tests {
@@ -92,4 +96,27 @@ func TestConfigFromFlags(t *testing.T) {
 	require.Equal(t, "debug", c.LogLevel)
 	_, err = configFromFlags([]string{"--config", path, "--socket", "rel.sock"})
 	require.ErrorContains(t, err, "config key socket")
+}
+
+func TestCommentedDefaultConfig(t *testing.T) {
+	out, err := defaultConfigText(true)
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		require.True(t, line == "" || strings.HasPrefix(line, "#"), "uncommented line %q", line)
+	}
+	// Every key is there: uncommenting gives exactly the defaults.
+	var b strings.Builder
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "# ") && !strings.HasPrefix(string(out), line) {
+			b.WriteString(strings.TrimPrefix(line, "# ") + "\n")
+		}
+	}
+	body := b.String()[strings.Index(b.String(), "socket = "):]
+	c, err := parseConfig(Config{}, []byte(body), "commented")
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), c)
+	// The file as written parses too (all defaults).
+	c, err = parseConfig(DefaultConfig(), out, "commented")
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), c)
 }

@@ -28,26 +28,6 @@ func startDebug(ctx context.Context, addr string) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
-	network := "tcp"
-	if filepath.IsAbs(addr) {
-		network = "unix"
-		if err := os.MkdirAll(filepath.Dir(addr), 0o711); err != nil {
-			return nil, err
-		}
-		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-	}
-	l, err := net.Listen(network, addr)
-	if err != nil {
-		return nil, fmt.Errorf("debug endpoint: %w", err)
-	}
-	if network == "unix" {
-		if err := os.Chmod(addr, 0o600); err != nil {
-			l.Close()
-			return nil, err
-		}
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -55,15 +35,41 @@ func startDebug(ctx context.Context, addr string) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/stats", serveDebugStats)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return serveHTTP(ctx, "debug.address", addr, mux)
+}
+
+// serveHTTP serves h on addr (an absolute unix socket path, mode 0600, or IP:port)
+// until stop is called; key names the config key in errors and logs.
+func serveHTTP(ctx context.Context, key, addr string, h http.Handler) (stop func(), err error) {
+	network := "tcp"
+	if filepath.IsAbs(addr) {
+		network = "unix"
+		if err := os.MkdirAll(filepath.Dir(addr), 0o711); err != nil {
+			return nil, fmt.Errorf("config key %s: %w", key, err)
+		}
+		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("config key %s: %w", key, err)
+		}
+	}
+	l, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("config key %s: listen on %q: %w (choose a free port or path, or set it to \"\" to turn it off)", key, addr, err)
+	}
+	if network == "unix" {
+		if err := os.Chmod(addr, 0o600); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.G(ctx).WithError(err).Warn("debug endpoint stopped")
+			log.G(ctx).WithError(err).WithField("key", key).Warn("http endpoint stopped")
 		}
 	}()
-	log.G(ctx).WithField("address", l.Addr().String()).Info("debug endpoint serving")
+	log.G(ctx).WithField("key", key).WithField("address", l.Addr().String()).Info("http endpoint serving")
 	return func() {
 		_ = srv.Close()
 		<-done

@@ -28,20 +28,23 @@ var readOnlyRPCs = map[string]bool{
 }
 
 // unaryInterceptor gives each call a request id and a logger, refuses calls until
-// recovery is done, turns panics into Internal, and maps errdefs classes to gRPC codes
-// in this one place.
-func unaryInterceptor(ready *atomic.Bool) grpc.UnaryServerInterceptor {
+// recovery is done, turns panics into Internal, maps errdefs classes to gRPC codes
+// in this one place, and records the call's metrics.
+func unaryInterceptor(ready *atomic.Bool, m *metrics) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		rpc := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
 		entry := log.G(ctx).WithField("rpc", rpc).WithField("req", requestID())
 		ctx = log.WithLogger(ctx, entry)
 		start := time.Now()
+		m.inFlight.Inc()
 		defer func() {
 			if p := recover(); p != nil {
 				entry.WithField("panic", p).Error(string(debug.Stack()))
 				err = status.Errorf(codes.Internal, "%s: internal error: %v", rpc, p)
 			}
 			err = toGRPC(ctx, err)
+			m.inFlight.Dec()
+			m.observeRPC(rpc, status.Code(err), time.Since(start))
 			e := entry.WithField("duration", time.Since(start).String())
 			switch {
 			case err != nil:
@@ -59,13 +62,19 @@ func unaryInterceptor(ready *atomic.Bool) grpc.UnaryServerInterceptor {
 	}
 }
 
-// streamInterceptor does the same for streaming RPCs (GetContainerEvents).
-func streamInterceptor(ready *atomic.Bool) grpc.StreamServerInterceptor {
+// streamInterceptor does the same for streaming RPCs (GetContainerEvents, the
+// Stream* lists).
+func streamInterceptor(ready *atomic.Bool, m *metrics) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		rpc := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		start := time.Now()
+		m.inFlight.Inc()
 		defer func() {
 			if p := recover(); p != nil {
 				err = status.Errorf(codes.Internal, "internal error: %v", p)
 			}
+			m.inFlight.Dec()
+			m.observeRPC(rpc, status.Code(err), time.Since(start))
 		}()
 		if !ready.Load() {
 			return status.Error(codes.Unavailable, "shimd is recovering its state; try again shortly")

@@ -3,13 +3,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -33,8 +34,7 @@ var version = "0.1.0-dev"
 
 func main() {
 	if len(os.Args) >= 3 && os.Args[1] == "config" && os.Args[2] == "default" {
-		cfg := DefaultConfig()
-		out, err := cfg.Encode()
+		out, err := defaultConfigText(len(os.Args) > 3 && os.Args[3] == "--commented")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -43,6 +43,9 @@ func main() {
 		return
 	}
 	cfg, err := configFromFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shimd:", err)
 		os.Exit(2)
@@ -64,6 +67,11 @@ func configFromFlags(args []string) (*Config, error) {
 	socket := fs.String("socket", "", "CRI socket path (overrides socket)")
 	address := fs.String("containerd-address", "", "containerd socket (overrides containerd.address)")
 	level := fs.String("log-level", "", "log level (overrides log_level)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), usageTail)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -100,43 +108,65 @@ func run(cfg Config) error {
 	defer stop()
 	ctx = namespaces.WithNamespace(ctx, cfg.Containerd.Namespace)
 
-	for _, d := range []string{cfg.RootDir, cfg.StateDir, cfg.CNI.CacheDir} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			return fmt.Errorf("create %s: %w", d, err)
+	dirs := map[string]string{"root_dir": cfg.RootDir, "state_dir": cfg.StateDir, "cni.cache_dir": cfg.CNI.CacheDir}
+	for _, k := range sortedKeys(dirs) {
+		if err := os.MkdirAll(dirs[k], 0o711); err != nil {
+			return fmt.Errorf("config key %s: create %s: %w (choose a writable directory)", k, dirs[k], err)
 		}
 	}
 	cl, err := client.New(cfg.Containerd.Address, client.WithDefaultNamespace(cfg.Containerd.Namespace))
 	if err != nil {
-		return fmt.Errorf("containerd client: %w", err)
+		return fmt.Errorf("config key containerd.address: containerd client for %s: %w", cfg.Containerd.Address, err)
 	}
 	defer cl.Close()
 
-	cni, err := network.NewCNI(network.Options{ConfDir: cfg.CNI.ConfDir, BinDirs: cfg.CNI.BinDirs, CacheDir: cfg.CNI.CacheDir})
+	m := newMetrics()
+	cni, err := network.NewCNI(network.Options{ConfDir: cfg.CNI.ConfDir, BinDirs: cfg.CNI.BinDirs, CacheDir: cfg.CNI.CacheDir, Observer: m.observeCNI})
 	if err != nil {
 		return err
 	}
-	w := wire(cfg, cl, cni)
-	stopStreaming, err := startStreaming(ctx, cfg.Streaming, w.runtime)
+	w, err := wire(cfg, cl, cni, m)
 	if err != nil {
 		return err
 	}
-	defer stopStreaming()
-	stopDebug, err := startDebug(ctx, cfg.Debug.Address)
-	if err != nil {
-		return err
+	m.reg.MustRegister(newStateCollector(w.runtime, cl.IsServing))
+	for _, start := range []func() (func(), error){
+		func() (func(), error) { return startStreaming(ctx, cfg.Streaming, w.runtime) },
+		func() (func(), error) { return startDebug(ctx, cfg.Debug.Address) },
+		func() (func(), error) { return startMetrics(ctx, cfg.Metrics.Address, m) },
+	} {
+		stopIt, err := start()
+		if err != nil {
+			return err
+		}
+		defer stopIt()
 	}
-	defer stopDebug()
 
 	l, err := listenCRI(cfg.Socket)
 	if err != nil {
-		return err
+		return fmt.Errorf("config key socket: %w", err)
 	}
 	defer os.Remove(cfg.Socket)
 	var ready atomic.Bool
-	srv := newGRPCServer(&ready, w.runtime, w.images)
+	srv := newGRPCServer(&ready, m, w.runtime, w.images)
 
-	go recoverUntilDone(ctx, &ready, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
-	go w.sandboxes.Monitor(ctx)
+	// Background work owned here: cancelled and waited for before run returns.
+	bgCtx, cancelBg := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() { cancelBg(); bg.Wait() }()
+	bg.Go(func() {
+		if err := cni.Watch(bgCtx, 200*time.Millisecond); err != nil {
+			log.G(ctx).WithError(err).Warn("not watching cni.conf_dir; restart shimd to pick up network config changes")
+		}
+	})
+	bg.Go(func() {
+		recoverUntilDone(bgCtx, func(d time.Duration) {
+			ready.Store(true)
+			m.recovery.Set(d.Seconds())
+			notifySystemd(ctx, sdReady)
+		}, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
+	})
+	bg.Go(func() { w.sandboxes.Monitor(bgCtx) })
 	log.G(ctx).WithField("socket", cfg.Socket).WithField("version", version).Info("shimd serving")
 	return serveUntil(ctx, srv, l, 30*time.Second)
 }
@@ -148,7 +178,7 @@ type wiring struct {
 }
 
 // wire builds the services from the config.
-func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
+func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, error) {
 	runtimes := map[string]sandbox.Runtime{}
 	snapshotters := map[string]string{"": cfg.Containerd.Snapshotter}
 	var handlers []string
@@ -170,6 +200,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 	images := image.New(image.Options{
 		Client: cl, Snapshotters: snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath,
 		NoProgressTimeout: time.Duration(cfg.Registry.PullProgressTimeout), PinnedLabel: pause.PinnedLabel,
+		PullObserver: m.observePull,
 	})
 	pauseRef, pauseImages := pauseImage(cfg, cl, images)
 	images.Pin(pauseRef)
@@ -182,14 +213,17 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI) wiring {
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef,
 		MinOOMScoreAdj: minOOM,
 	})
-	cfgJSON, _ := json.Marshal(cfg)
+	cfgJSON, err := cfg.JSON()
+	if err != nil {
+		return wiring{}, err
+	}
 	rs := runtime.New(runtime.Options{
-		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: string(cfgJSON),
+		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: cfgJSON,
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM,
 		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg),
 	})
-	return wiring{sandboxes: sandboxes, runtime: rs, images: images}
+	return wiring{sandboxes: sandboxes, runtime: rs, images: images}, nil
 }
 
 // nodeInfo reads what containers' specs depend on about this node.
@@ -210,10 +244,10 @@ func nodeInfo(cfg Config) runtime.NodeInfo {
 		Handlers: runtimeFeatures(context.Background(), cfg.Runtimes)}
 }
 
-// recoverUntilDone runs the recovery steps (sandboxes, then containers), retrying until
-// containerd answers; until then every RPC but
-// Version gets Unavailable.
-func recoverUntilDone(ctx context.Context, ready *atomic.Bool, steps ...func(context.Context) error) {
+// recoverUntilDone runs the recovery steps (images, sandboxes, then containers),
+// retrying until containerd answers, then calls done with the duration of the run that
+// succeeded. Until then every RPC but Version gets Unavailable.
+func recoverUntilDone(ctx context.Context, done func(time.Duration), steps ...func(context.Context) error) {
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -224,11 +258,12 @@ func recoverUntilDone(ctx context.Context, ready *atomic.Bool, steps ...func(con
 			}
 		}
 		if err == nil {
-			ready.Store(true)
-			log.G(ctx).WithField("duration", time.Since(start).String()).Info("recovery done")
+			d := time.Since(start)
+			log.G(ctx).WithField("duration", d.String()).Info("recovery done")
+			done(d)
 			return
 		}
-		log.G(ctx).WithError(err).Warn("recovery failed; retrying")
+		log.G(ctx).WithError(err).Warn("recovery failed; retrying (does containerd answer on config key containerd.address?)")
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):

@@ -44,10 +44,10 @@ func listenCRI(path string) (net.Listener, error) {
 }
 
 // newGRPCServer builds the CRI server with shimd's interceptors.
-func newGRPCServer(ready *atomic.Bool, rs runtimeapi.RuntimeServiceServer, is runtimeapi.ImageServiceServer) *grpc.Server {
+func newGRPCServer(ready *atomic.Bool, m *metrics, rs runtimeapi.RuntimeServiceServer, is runtimeapi.ImageServiceServer) *grpc.Server {
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(unaryInterceptor(ready)),
-		grpc.ChainStreamInterceptor(streamInterceptor(ready)),
+		grpc.ChainUnaryInterceptor(unaryInterceptor(ready, m)),
+		grpc.ChainStreamInterceptor(streamInterceptor(ready, m)),
 		grpc.MaxRecvMsgSize(16<<20),
 		// ExecSync answers up to 16 MiB of stdout plus 16 MiB of stderr.
 		grpc.MaxSendMsgSize(40<<20),
@@ -70,6 +70,7 @@ func serveUntil(ctx context.Context, srv *grpc.Server, l net.Listener, grace tim
 	case <-ctx.Done():
 	}
 	log.G(ctx).Info("shutting down: finishing in-flight calls")
+	notifySystemd(ctx, sdStopping)
 	done := make(chan struct{})
 	go func() { srv.GracefulStop(); close(done) }()
 	select {

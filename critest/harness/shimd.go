@@ -46,6 +46,8 @@ type ShimdOptions struct {
 	// every Env its own, so that cgroups (/<namespace>/<id>) of concurrent
 	// test runs never meet.
 	Namespace string
+	// Env is added to shimd's environment (e.g. NOTIFY_SOCKET=...).
+	Env []string
 }
 
 // Shimd is a shimd daemon started by the harness.
@@ -101,7 +103,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 		name:    "shimd",
 		path:    bin,
 		args:    []string{"--config", s.cfgPath},
-		env:     daemonEnv(tools.BinDir),
+		env:     append(daemonEnv(tools.BinDir), opts.Env...),
 		logPath: filepath.Join(dir, "shimd.log"),
 	}
 	s.proc.logOnFailure(t)

@@ -1,0 +1,182 @@
+package network
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containernetworking/cni/libcni"
+	"github.com/fsnotify/fsnotify"
+)
+
+// confExtensions are the file names libcni (and containerd) read in a conf dir.
+var confExtensions = []string{".conf", ".conflist", ".json"}
+
+// ErrNoConfig is Ready's error while ConfDir holds no network config.
+var ErrNoConfig = errors.New("no CNI network config")
+
+// Reload reads the network config again from ConfDir: the first file by name. A
+// file that does not parse keeps the last good config in use and is reported by
+// ConfigWarning; an empty directory unloads the network (Ready fails).
+func (c *CNI) Reload() {
+	list, file, err := loadFirst(c.opts.ConfDir)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil:
+		c.list, c.listFile, c.loadErr = list, file, nil
+	case errors.Is(err, ErrNoConfig):
+		c.list, c.listFile, c.loadErr = nil, "", err
+	default:
+		c.loadErr = err
+	}
+}
+
+// Ready reports whether a network config is loaded, reloading it if not.
+func (c *CNI) Ready() error {
+	_, err := c.network()
+	return err
+}
+
+// ConfigWarning describes a config file that failed to load while an older one stays
+// in use; "" when there is none.
+func (c *CNI) ConfigWarning() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.list == nil || c.loadErr == nil {
+		return ""
+	}
+	return fmt.Sprintf("%v; still using network %q from %s", c.loadErr, c.list.Name, c.listFile)
+}
+
+// Describe is the network in use as JSON, for verbose Status (crictl info):
+// {"name", "file", "error"}, the last a failed load's error.
+func (c *CNI) Describe() string {
+	c.mu.Lock()
+	d := struct {
+		Name  string `json:"name"`
+		File  string `json:"file"`
+		Error string `json:"error,omitempty"`
+	}{File: c.listFile}
+	if c.list != nil {
+		d.Name = c.list.Name
+	}
+	if c.loadErr != nil {
+		d.Error = c.loadErr.Error()
+	}
+	c.mu.Unlock()
+	b, _ := json.Marshal(d)
+	return string(b)
+}
+
+// network is the config list in use.
+func (c *CNI) network() (*libcni.NetworkConfigList, error) {
+	c.mu.Lock()
+	loaded := c.list != nil
+	c.mu.Unlock()
+	if !loaded {
+		c.Reload()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.list == nil {
+		// A request that needs the network waits for the node's network add-on:
+		// FailedPrecondition, not a fault of shimd's.
+		return nil, fmt.Errorf("the pod network is not ready: %w: %w", c.loadErr, errdefs.ErrFailedPrecondition)
+	}
+	return c.list, nil
+}
+
+// loadFirst loads the first config file by name in dir.
+func loadFirst(dir string) (*libcni.NetworkConfigList, string, error) {
+	files, err := libcni.ConfFiles(dir, confExtensions)
+	if err != nil {
+		return nil, "", fmt.Errorf("cni config dir %s (config key cni.conf_dir): %w", dir, err)
+	}
+	for _, f := range files {
+		var list *libcni.NetworkConfigList
+		if strings.HasSuffix(f, ".conflist") {
+			list, err = libcni.ConfListFromFile(f)
+		} else {
+			var conf *libcni.NetworkConfig
+			conf, err = libcni.ConfFromFile(f)
+			if err == nil {
+				list, err = libcni.ConfListFromConf(conf)
+			}
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("invalid CNI network config %s: %w", f, err)
+		}
+		if len(list.Plugins) == 0 {
+			continue
+		}
+		return list, f, nil
+	}
+	return nil, "", fmt.Errorf("%w in %s (config key cni.conf_dir)", ErrNoConfig, dir)
+}
+
+// Watch reloads the network config whenever a file in ConfDir is created, written,
+// renamed or removed (after a quiet period of settle, so an editor's several writes
+// make one reload) until ctx ends. ConfDir is created if missing. The caller owns the
+// goroutine that runs Watch and waits for it at shutdown.
+func (c *CNI) Watch(ctx context.Context, settle time.Duration) error {
+	if err := os.MkdirAll(c.opts.ConfDir, 0o755); err != nil {
+		return fmt.Errorf("create cni.conf_dir %s: %w", c.opts.ConfDir, err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch cni.conf_dir: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(c.opts.ConfDir); err != nil {
+		return fmt.Errorf("watch cni.conf_dir %s: %w", c.opts.ConfDir, err)
+	}
+	c.Reload() // anything written before the watch started
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op&(fsnotify.Create|fsnotify.Write|fsnotify.Rename|fsnotify.Remove) != 0 && isConfFile(ev.Name) {
+				timer.Reset(settle)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			// An overflow loses events: reload to be sure.
+			c.setLoadErr(fmt.Errorf("watch cni.conf_dir: %w", err))
+			timer.Reset(settle)
+		case <-timer.C:
+			c.Reload()
+		}
+	}
+}
+
+func (c *CNI) setLoadErr(err error) {
+	c.mu.Lock()
+	c.loadErr = err
+	c.mu.Unlock()
+}
+
+func isConfFile(name string) bool {
+	ext := filepath.Ext(name)
+	for _, e := range confExtensions {
+		if ext == e {
+			return true
+		}
+	}
+	return false
+}
