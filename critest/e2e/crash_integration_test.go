@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -97,6 +98,18 @@ exec %[2]s "$@"
 	return path
 }
 
+// inBackground runs an RPC in the background (it is cut short by a crash) and
+// delivers its error.
+func inBackground(rpc func(ctx context.Context) error) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		errc <- rpc(ctx)
+	}()
+	return errc
+}
+
 // crashEnv is an Env whose runc can be paused.
 func crashEnv(t *testing.T) (*harness.Env, *pausingRunc) {
 	requireRoot(t)
@@ -113,11 +126,10 @@ func TestKill9DuringStopPodSandboxLeavesNothing(t *testing.T) {
 	id := runPod(t, rs, podConfig("stopcrash"))
 
 	r.arm("delete")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
-		errc <- err
-	}()
+	errc := inBackground(func(ctx context.Context) error {
+		_, err := rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+		return err
+	})
 	r.waitReached("delete")
 	env.Shimd.Kill9()
 	<-errc
@@ -155,11 +167,10 @@ func TestContainerdKilledDuringRunPodSandboxLeavesNothing(t *testing.T) {
 	rs := env.Shimd.Runtime(t)
 
 	r.arm("create")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdcrash")})
-		errc <- err
-	}()
+	errc := inBackground(func(ctx context.Context) error {
+		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdcrash")})
+		return err
+	})
 	r.waitReached("create")
 	env.Containerd.Kill()
 	require.Error(t, <-errc)
@@ -180,11 +191,10 @@ func TestContainerdKilledDuringStartContainerLeavesNothing(t *testing.T) {
 	id := pod.create(pod.container("main", "sleep", "1000"))
 
 	r.arm("create")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
-		errc <- err
-	}()
+	errc := inBackground(func(ctx context.Context) error {
+		_, err := rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+		return err
+	})
 	r.waitReached("create")
 	env.Containerd.Kill()
 	require.Error(t, <-errc)
@@ -207,11 +217,10 @@ func TestContainerdKilledDuringShimStartLeavesNoShim(t *testing.T) {
 	rs := env.Shimd.Runtime(t)
 
 	r.arm("shim-start")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("shimcrash")})
-		errc <- err
-	}()
+	errc := inBackground(func(ctx context.Context) error {
+		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("shimcrash")})
+		return err
+	})
 	r.waitReached("shim-start")
 	env.Containerd.Kill()
 	require.Error(t, <-errc)
@@ -293,11 +302,10 @@ func TestContainerdKilledDuringRunPodSandboxShimdStays(t *testing.T) {
 	pid := env.Shimd.PID()
 
 	r.arm("shim-start")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdstay")})
-		errc <- err
-	}()
+	errc := inBackground(func(ctx context.Context) error {
+		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdstay")})
+		return err
+	})
 	r.waitReached("shim-start")
 	env.Containerd.Kill()
 	require.Error(t, <-errc)
