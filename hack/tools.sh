@@ -17,6 +17,11 @@ CRITOOLS_VERSION=${CRITOOLS_VERSION:-v1.36.0}
 GINKGO_VERSION=${GINKGO_VERSION:-v2.28.1}
 KUBELET_VERSION=${KUBELET_VERSION:-v1.34.12}
 mkdir -p "$BIN"
+# One run at a time: a second caller waits, then finds the binaries cached.
+if [ -z "${SHIMD_TOOLS_LOCKED:-}" ]; then
+	export SHIMD_TOOLS_LOCKED=1
+	exec flock "$TOOLS/.lock" "$0" "$@"
+fi
 export GOBIN=$BIN GOFLAGS=${GOFLAGS:--mod=mod}
 
 log() { echo "tools: $*" >&2; }
