@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/log"
@@ -80,6 +81,20 @@ func attachIO(ctx context.Context, fifos *cio.FIFOSet, logf *logFile) (*containe
 func (c *containerIO) close() {
 	c.dio.Cancel()
 	c.dio.Close()
+}
+
+// detach stops the copies without touching the FIFOs, as the exit of shimd would: the
+// container's side keeps them open, and a later attachIO reads on.
+func (c *containerIO) detach() {
+	for _, f := range []io.Closer{c.dio.Stdin, c.dio.Stdout, c.dio.Stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	select {
+	case <-c.done:
+	case <-time.After(ioDrainTimeout):
+	}
 }
 
 // broadcaster hands output to every attached client. Each client has a queue and a
