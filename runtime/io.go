@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"sync"
-	"time"
 
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/log"
@@ -83,17 +82,14 @@ func (c *containerIO) close() {
 	c.dio.Close()
 }
 
-// detach stops the copies without touching the FIFOs, as the exit of shimd would: the
-// container's side keeps them open, and a later attachIO reads on.
+// detach ends the copies (done is closed when they have ended) without touching the
+// FIFOs, as the exit of shimd would: the container's side keeps them open, and a
+// later attachIO reads on.
 func (c *containerIO) detach() {
 	for _, f := range []io.Closer{c.dio.Stdin, c.dio.Stdout, c.dio.Stderr} {
 		if f != nil {
 			f.Close()
 		}
-	}
-	select {
-	case <-c.done:
-	case <-time.After(ioDrainTimeout):
 	}
 }
 

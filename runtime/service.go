@@ -154,9 +154,19 @@ func (s *Service) containerdServing(ctx context.Context) (bool, error) {
 // FIFOs stay, and the next shimd reattaches to them (Recover), as after a crash.
 func (s *Service) Close() {
 	s.finishing.Wait()
+	var copying []*containerIO
 	for _, c := range s.containers.list() {
 		if cio := c.IO(); cio != nil {
 			cio.detach()
+			copying = append(copying, cio)
+		}
+	}
+	timeout := time.After(ioDrainTimeout)
+	for _, cio := range copying {
+		select {
+		case <-cio.done:
+		case <-timeout:
+			return
 		}
 	}
 }
