@@ -58,7 +58,7 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, task, err := record.LoadTask(dctx, s.opts.Client, c.ID); err == nil {
+	if _, task, err := record.LoadTask(dctx, s.ctrd, c.ID); err == nil {
 		if _, err := task.Delete(dctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Warn("delete exited task")
 		}
@@ -111,7 +111,7 @@ func (s *Service) Resync(ctx context.Context) {
 
 // taskState reads a container's task: exit code and time when stopped.
 func (s *Service) taskState(ctx context.Context, id string) (code uint32, at time.Time, running bool, err error) {
-	cc, task, err := record.LoadTask(ctx, s.opts.Client, id)
+	cc, task, err := record.LoadTask(ctx, s.ctrd, id)
 	if cc != nil && errdefs.IsNotFound(err) {
 		return 255, time.Now(), false, nil // the container has no task
 	}
@@ -130,7 +130,7 @@ func (s *Service) taskState(ctx context.Context, id string) (code uint32, at tim
 
 // signal sends sig to the container's task.
 func (s *Service) signal(ctx context.Context, c *Container, sig syscall.Signal) error {
-	_, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
+	_, task, err := record.LoadTask(ctx, s.ctrd, c.ID)
 	if err != nil {
 		return err
 	}

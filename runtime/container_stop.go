@@ -55,6 +55,17 @@ func (s *Service) stopContainer(ctx context.Context, c *Container, grace time.Du
 		}
 	}
 	if err := s.signal(ctx, c, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+		// The container may have exited while the kill was on its way: its shim then
+		// goes away under the call ("ttrpc: closed"). Its exit settles that.
+		select {
+		case <-c.exited:
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+		s.Resync(ctx)
+		if c.Status().State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			return nil
+		}
 		return fmt.Errorf("kill container %s: %w", c.ID, err)
 	}
 	select {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/containerd/v2/client"
@@ -39,6 +40,8 @@ type fakeContainerd struct {
 
 	// Errors to inject.
 	newContainerErr, newTaskErr, startErr error
+	// kill, if set, answers a task's Kill.
+	kill func(t *fakeTask, sig syscall.Signal) error
 }
 
 func newFakeContainerd() *fakeContainerd {
@@ -235,6 +238,18 @@ func (t *fakeTask) ID() string  { return t.c.id }
 func (t *fakeTask) Pid() uint32 { return 4242 }
 
 func (t *fakeTask) Start(context.Context) error { return t.startErr }
+
+// Status: a task that was not deleted runs.
+func (t *fakeTask) Status(context.Context) (client.Status, error) {
+	return client.Status{Status: client.Running}, nil
+}
+
+func (t *fakeTask) Kill(_ context.Context, sig syscall.Signal, _ ...client.KillOpts) error {
+	if t.c.f.kill == nil {
+		return errdefs.ErrNotImplemented
+	}
+	return t.c.f.kill(t, sig)
+}
 
 func (t *fakeTask) Delete(context.Context, ...client.ProcessDeleteOpts) (*client.ExitStatus, error) {
 	t.c.f.mu.Lock()

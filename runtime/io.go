@@ -44,7 +44,10 @@ func newIOCreator(ctx context.Context, dir string, c *Container, logf *logFile, 
 // attachIO opens existing (or new) FIFOs and starts copying; used at start and when
 // shimd reattaches to a running container after a restart.
 func attachIO(ctx context.Context, fifos *cio.FIFOSet, logf *logFile) (*containerIO, error) {
-	dio, err := cio.NewDirectIO(ctx, fifos)
+	// The FIFOs open in the background until the shim opens its ends; a context that
+	// ends (the request's) would close them if that open is still pending then, and the
+	// container's output would be lost. Close ends them instead.
+	dio, err := cio.NewDirectIO(context.WithoutCancel(ctx), fifos)
 	if err != nil {
 		return nil, err
 	}
