@@ -76,7 +76,7 @@ func TestSystemdNotifyReadyAfterRecovery(t *testing.T) {
 
 	env.Shimd.Kill9()
 	env.Containerd.Stop()
-	env.Shimd.Start(t) // answers Version, nothing else
+	env.Shimd.StartUnrecovered(t) // answers Version, nothing else
 	select {
 	case m := <-msgs:
 		t.Fatalf("shimd notified %q before it could recover (containerd is down)", m)

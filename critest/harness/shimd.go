@@ -175,8 +175,21 @@ func (s *Shimd) LogPath() string { return s.proc.logPath }
 func (s *Shimd) PID() int { return s.proc.pid() }
 
 // Start starts shimd with the same config (again, after Kill9 or Stop) and
-// waits up to 30s until the CRI socket answers Version.
+// waits up to 30s until the CRI socket answers Version and recovery has finished
+// (shimd answers other RPCs with Unavailable until then). containerd must be up.
 func (s *Shimd) Start(t testing.TB) {
+	t.Helper()
+	s.start(t, true)
+}
+
+// StartUnrecovered is Start without waiting for recovery: for tests of what shimd
+// does while it cannot recover (containerd down).
+func (s *Shimd) StartUnrecovered(t testing.TB) {
+	t.Helper()
+	s.start(t, false)
+}
+
+func (s *Shimd) start(t testing.TB, recovered bool) {
 	t.Helper()
 	if err := s.proc.start(); err != nil {
 		t.Fatalf("harness: %v", err)
@@ -190,7 +203,10 @@ func (s *Shimd) Start(t testing.TB) {
 	err = s.proc.waitReady(readyTimeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+		if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil || !recovered {
+			return err
+		}
+		_, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 		return err
 	})
 	if err != nil {
