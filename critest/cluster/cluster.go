@@ -46,6 +46,9 @@ type Options struct {
 	NodeName string
 	// KubeletConfig entries replace the kubelet's defaults (see kubelet.Options.Config).
 	KubeletConfig map[string]any
+	// NodeIP is the node's address: not loopback (the kubelet refuses it), e.g. the
+	// test network's gateway on the host. Required.
+	NodeIP string
 }
 
 // Cluster is etcd, an API server, a controller manager, a scheduler and a kubelet on
@@ -158,6 +161,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		NodeName:        opts.NodeName,
 		Kubeconfig:      filepath.Join(c.Dir, "kubelet.kubeconfig"),
 		Config:          opts.KubeletConfig,
+		NodeIP:          opts.NodeIP,
 	})
 
 	c.WaitFor(t, 3*time.Minute, "node "+c.NodeName+" Ready", func() error {

@@ -10,7 +10,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,7 +58,8 @@ func TestCluster(t *testing.T) {
 	})
 	s := &e2e{env: env}
 	start := time.Now()
-	s.c = Start(t, Options{RuntimeEndpoint: env.Shimd.Endpoint()})
+	// The node's address is the test network's gateway: on the host, in 198.18.0.0/15.
+	s.c = Start(t, Options{RuntimeEndpoint: env.Shimd.Endpoint(), NodeIP: env.CNI.Gateway.String()})
 	t.Logf("cluster up, node Ready in %s (API server %s, kubeconfig %s)", time.Since(start).Round(time.Millisecond), s.c.Server, s.c.Kubeconfig)
 	// On failure, stop the kubelet and take its pods down through CRI, so that the
 	// harness's leak check reports what the failed step left, not the running pods.
@@ -177,10 +180,24 @@ func (s *e2e) stepDeployment(t *testing.T) {
 	s.kubectl(t, "-n", ns, "set", "image", "deployment/web", "main="+busybox136)
 	s.kubectl(t, "-n", ns, "rollout", "status", "deployment/web", "--timeout", "3m")
 	s.waitAvailable(t, "web", 3)
-	images := s.kubectl(t, "-n", ns, "get", "pods", "-l", "app=web", "--field-selector", "status.phase=Running", "-o", "jsonpath={.items[*].spec.containers[0].image}")
-	if strings.Count(images, busybox136) != 3 || strings.Contains(images, busybox+" ") {
-		t.Errorf("running pods' images after the rollout: %s", images)
-	}
+	s.waitRolledOut(t, busybox136)
+}
+
+// waitRolledOut waits until web's pods are exactly 3, all with image (the old ones
+// have terminated and are gone).
+func (s *e2e) waitRolledOut(t testing.TB, image string) {
+	t.Helper()
+	s.c.WaitFor(t, stepTimeout, "the old pods gone after the rollout", func() error {
+		images, err := s.c.Kubectl(t, "-n", ns, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}")
+		if err != nil {
+			return err
+		}
+		f := strings.Fields(images)
+		if len(f) != 3 || slices.ContainsFunc(f, func(i string) bool { return i != image }) {
+			return fmt.Errorf("pods' images: %s", images)
+		}
+		return nil
+	})
 }
 
 // Step 3: a Job's pod runs to completion and the Job is Complete.
@@ -198,9 +215,14 @@ spec:
       - {name: main, image: %s, command: ["sh", "-c", "for i in 1 2 3; do echo $i; done"]}
 `, ns, busybox))
 	s.kubectl(t, "-n", ns, "wait", "--for=condition=complete", "job/count", "--timeout=3m")
-	out := s.kubectl(t, "-n", ns, "logs", "job/count")
-	if out != "1\n2\n3" {
-		t.Errorf("job log %q", out)
+	pods := strings.Fields(s.kubectl(t, "-n", ns, "get", "pods", "-l", "job-name=count", "-o", "jsonpath={.items[*].metadata.name}"))
+	if len(pods) != 2 {
+		t.Fatalf("job pods: %v", pods)
+	}
+	for _, p := range pods {
+		if out := s.kubectl(t, "-n", ns, "logs", p); out != "1\n2\n3" {
+			t.Errorf("job pod %s log %q", p, out)
+		}
 	}
 }
 
@@ -229,10 +251,16 @@ spec:
 	if _, err := s.c.Kubectl(t, "-n", ns, "exec", "talk", "--", "sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "exit status 3") {
 		t.Errorf("exec exit 3: %v", err)
 	}
-	// an interactive shell over a pty: kubectl -it reads our stdin (not a terminal, so
-	// kubectl says it cannot set raw mode, but the remote side has a tty).
-	out, err := s.c.KubectlIn(t, strings.NewReader("tty; echo pty-ok\nexit\n"), "-n", ns, "exec", "-i", "-t", "talk", "--", "sh")
-	if err != nil || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "pty-ok") {
+	// an interactive shell over a pty: kubectl -it needs a terminal of its own, which
+	// script(1) gives it; the remote side gets a tty too.
+	ectx, ecancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ecancel()
+	kc := s.c.KubectlCmd(ectx, "-n", ns, "exec", "-i", "-t", "talk", "--", "sh")
+	shell := exec.CommandContext(ectx, "script", "-q", "-e", "-c", shellJoin(kc.Args), "/dev/null")
+	shell.Env = kc.Env
+	shell.Stdin = &slowReader{lines: []string{"tty; echo pty-$((40+2))\n", "exit\n"}}
+	raw, err := shell.CombinedOutput()
+	if out := string(raw); err != nil || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "pty-42") {
 		t.Errorf("exec -it: %q %v", out, err)
 	}
 
@@ -317,6 +345,32 @@ spec:
 		}
 		return nil
 	})
+}
+
+// shellJoin quotes args for sh -c.
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// slowReader gives its lines one per second, as a person types (a shell that reads
+// ahead of its prompt would otherwise swallow them).
+type slowReader struct{ lines []string }
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if len(r.lines) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(time.Second)
+	n := copy(p, r.lines[0])
+	r.lines[0] = r.lines[0][n:]
+	if r.lines[0] == "" {
+		r.lines = r.lines[1:]
+	}
+	return n, nil
 }
 
 // Step 5: kubectl port-forward to a pod's port.
@@ -408,8 +462,8 @@ spec:
 		return nil
 	})
 	hostIP, _ := s.jsonpath(t, "pod", "hostnet", "{.status.podIP}")
-	if hostIP != "127.0.0.1" {
-		t.Errorf("hostNetwork pod IP %q, want the node IP 127.0.0.1", hostIP)
+	if hostIP != s.env.CNI.Gateway.String() {
+		t.Errorf("hostNetwork pod IP %q, want the node IP %s", hostIP, s.env.CNI.Gateway)
 	}
 	links := s.kubectl(t, "-n", ns, "exec", "hostnet", "--", "ip", "link")
 	if !strings.Contains(links, s.env.CNI.Bridge) {
@@ -417,7 +471,11 @@ spec:
 	}
 	// The alt pod's sandbox runs on the alt handler: shimd reports it.
 	out, err := s.env.Shimd.Crictl(t, "pods", "--name", "alt", "--namespace", ns, "-o", "json")
-	if err != nil || !strings.Contains(out, `"runtimeHandler": "`+altHandler+`"`) {
+	var pods struct{ Items []struct{ RuntimeHandler string } }
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &pods)
+	}
+	if err != nil || len(pods.Items) != 1 || pods.Items[0].RuntimeHandler != altHandler {
 		t.Errorf("crictl pods for alt: %v\n%s", err, out)
 	}
 }
@@ -458,6 +516,7 @@ func (s *e2e) stepKill9DuringRollout(t *testing.T) {
 	s.env.Shimd.Start(t)
 	s.kubectl(t, "-n", ns, "rollout", "status", "deployment/web", "--timeout", "4m")
 	s.waitAvailable(t, "web", 3)
+	s.waitRolledOut(t, busybox)
 	after := s.runningContainers(t)
 	for pod, c := range before {
 		if strings.HasPrefix(pod, "web-") {

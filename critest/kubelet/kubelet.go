@@ -56,6 +56,10 @@ type Options struct {
 	Kubeconfig string
 	// Config entries replace those of the KubeletConfiguration the test writes.
 	Config map[string]any
+	// NodeIP is the node's address (--node-ip) and the one its API listens on. Empty:
+	// 127.0.0.1, which a standalone kubelet accepts; a kubelet that registers its node
+	// refuses a loopback address, so a cluster gives the CNI bridge's gateway address.
+	NodeIP string
 }
 
 // Kubelet is a standalone kubelet started by Start.
@@ -91,6 +95,9 @@ func Start(t testing.TB, opts Options) *Kubelet {
 	}
 	if opts.NodeName == "" {
 		opts.NodeName = "shimd-e2e-node"
+	}
+	if opts.NodeIP == "" {
+		opts.NodeIP = "127.0.0.1"
 	}
 	lockHost(t)
 	restore := saveHost(t)
@@ -153,7 +160,7 @@ func (k *Kubelet) baseConfig() map[string]any {
 		"cgroupDriver":       "cgroupfs",
 		"staticPodPath":      k.ManifestDir,
 		"podLogsDir":         k.PodLogsDir,
-		"address":            "127.0.0.1",
+		"address":            k.opts.NodeIP,
 		"port":               k.Port,
 		"readOnlyPort":       k.ReadOnly,
 		"healthzBindAddress": "127.0.0.1",
@@ -198,7 +205,7 @@ func (k *Kubelet) args() []string {
 		"--volume-plugin-dir", filepath.Join(k.opts.Dir, "volume-plugins"),
 		"--container-runtime-endpoint", k.opts.RuntimeEndpoint,
 		"--hostname-override", k.opts.NodeName,
-		"--node-ip", "127.0.0.1",
+		"--node-ip", k.opts.NodeIP,
 		"--v", "2",
 	}
 	if k.opts.Kubeconfig != "" {
@@ -341,8 +348,8 @@ func (k *Kubelet) Get(path string) ([]byte, error) {
 	return b, nil
 }
 
-// URL is the authenticated API's base URL, https://127.0.0.1:PORT.
-func (k *Kubelet) URL() string { return "https://127.0.0.1:" + strconv.Itoa(k.Port) }
+// URL is the authenticated API's base URL, https://NODEIP:PORT.
+func (k *Kubelet) URL() string { return "https://" + net.JoinHostPort(k.opts.NodeIP, strconv.Itoa(k.Port)) }
 
 // LogTail returns the last n lines of the kubelet log; with prefix, only
 // lines that start with it (klog severity: "E", "W").
