@@ -97,6 +97,8 @@ k8s_module() {
 	for m in "$@"; do printf '\t_ "%s"\n' "$m" >>main.go; done
 	printf ')\n\nfunc main() {}\n' >>main.go
 	go mod tidy >/dev/null 2>&1 || true
+	# tidy drops k8s.io/kubernetes when only staging packages are imported (kubectl's).
+	go mod edit -require="k8s.io/kubernetes@$KUBELET_VERSION"
 }
 
 k8s_build() { # output-dir package...
@@ -106,47 +108,48 @@ k8s_build() { # output-dir package...
 		-o "$out" "$@"
 }
 
-kubelet_bin() {
-	if [ -x "$BIN/kubelet" ] && "$BIN/kubelet" --version | grep -q "$KUBELET_VERSION"; then return 0; fi
-	log "building kubelet $KUBELET_VERSION"
-	local d
+# The kubelet and the control plane of a one-node cluster (critest/cluster):
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, all of one
+# release, built by one go build (they share most of the compile).
+KUBE_BINS=(kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl)
+kube_bins() { # name...: build those of them that are missing, at once
+	local b missing=() pkgs=() apps=() d out
+	for b in "$@"; do
+		local v=--version
+		[ "$b" = kubectl ] && v="version --client"
+		# shellcheck disable=SC2086 # $v is two words for kubectl
+		[ -x "$BIN/$b" ] && "$BIN/$b" $v 2>/dev/null | grep -q "$KUBELET_VERSION" || missing+=("$b")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	log "building ${missing[*]} $KUBELET_VERSION (about 6 minutes for the kubelet alone, 10 for all)"
+	for b in "${missing[@]}"; do
+		pkgs+=("k8s.io/kubernetes/cmd/$b")
+		case $b in
+		kubectl) apps+=(k8s.io/kubectl/pkg/cmd) ;;
+		*) apps+=("k8s.io/kubernetes/cmd/$b/app") ;;
+		esac
+	done
 	d=$(mktemp -d)
-	(cd "$d" && k8s_module k8s.io/kubernetes/cmd/kubelet/app && k8s_build "$BIN/kubelet" k8s.io/kubernetes/cmd/kubelet)
-	rm -rf "$d"
+	out=$(mktemp -d)
+	(cd "$d" && k8s_module "${apps[@]}" && k8s_build "$out/" "${pkgs[@]}")
+	for b in "${missing[@]}"; do mv "$out/$b" "$BIN/$b"; done
+	rm -rf "$d" "$out"
 }
 
-# The control plane of a one-node cluster (critest/cluster): kube-apiserver,
-# kube-controller-manager, kube-scheduler and kubectl of the kubelet's release, built
-# in one go build (shared compile), and etcd of the version that release's go.mod uses.
-CLUSTER_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-cluster_bins() {
-	local b missing=0
-	for b in "${CLUSTER_BINS[@]}"; do
-		[ -x "$BIN/$b" ] && "$BIN/$b" --version 2>/dev/null | grep -q "$KUBELET_VERSION" || missing=1
-	done
-	if [ $missing = 1 ]; then
-		log "building ${CLUSTER_BINS[*]} $KUBELET_VERSION (about 10 minutes)"
-		local d out pkgs=()
-		d=$(mktemp -d)
-		out=$(mktemp -d)
-		for b in "${CLUSTER_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-		(cd "$d" && k8s_module "${pkgs[@]}" && k8s_build "$out/" "${pkgs[@]}")
-		for b in "${CLUSTER_BINS[@]}"; do mv "$out/$b" "$BIN/$b"; done
-		rm -rf "$d" "$out"
-	fi
-	if ! [ -x "$BIN/etcd" ] || ! "$BIN/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}"; then
-		log "building etcd $ETCD_VERSION"
-		local e
-		e=$(mktemp -d)
-		(
-			cd "$e"
-			export GOFLAGS=-mod=mod CGO_ENABLED=0
-			go mod init x >/dev/null 2>&1
-			go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
-			go build -o "$BIN/etcd" go.etcd.io/etcd/server/v3
-		)
-		rm -rf "$e"
-	fi
+# etcd of the version Kubernetes $KUBELET_VERSION's go.mod uses.
+etcd_bin() {
+	if [ -x "$BIN/etcd" ] && "$BIN/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}"; then return 0; fi
+	log "building etcd $ETCD_VERSION"
+	local e
+	e=$(mktemp -d)
+	(
+		cd "$e"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0
+		go mod init x >/dev/null 2>&1
+		go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
+		go build -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+	)
+	rm -rf "$e"
 }
 
 case "${1:-all}" in
@@ -154,8 +157,8 @@ debs) debs ;;
 containerd) containerd_bins ;;
 runc) runc_bin ;;
 critools) critools ;;
-kubelet) kubelet_bin ;;
-cluster) cluster_bins ;;
-all) debs; containerd_bins; runc_bin; critools; kubelet_bin ;;
+kubelet) kube_bins kubelet ;;
+cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
+all) debs; containerd_bins; runc_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 *) echo "usage: $0 debs|containerd|runc|critools|kubelet|cluster|all" >&2; exit 2 ;;
 esac
