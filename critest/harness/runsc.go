@@ -19,9 +19,17 @@ const RunscRuntimeType = "io.containerd.runsc.v1"
 // RunscPlatform is the gVisor platform the tests use: this machine has no /dev/kvm.
 const RunscPlatform = "systrap"
 
-// HaveRunsc reports whether runsc and containerd-shim-runsc-v1 are in the tools
-// directory, and if not, why (for t.Skip).
+// HaveRunsc reports whether the runsc handler can run: runsc and
+// containerd-shim-runsc-v1 are in the tools directory and containerd is not 1.6; if
+// not, why (for t.Skip).
 func (ts Toolset) HaveRunsc() (bool, string) {
+	if ts.Legacy {
+		// Tried: RunPodSandbox fails with `start failed: dial unix {"version":2,
+		// "address":"unix:///run/containerd/s/...","protocol":"ttrpc"}: connect: invalid
+		// argument`.
+		return false, "containerd 1.6 cannot start this containerd-shim-runsc-v1: the shim answers \"start\" " +
+			"with the JSON bootstrap parameters of containerd 1.7 and later, which 1.6 takes for a socket path"
+	}
 	for _, p := range []string{ts.Runsc, ts.RunscShim} {
 		fi, err := os.Stat(p)
 		if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
