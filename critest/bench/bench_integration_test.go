@@ -40,6 +40,7 @@ func TestMain(m *testing.M) { harness.Main(m) }
 // target is one CRI runtime under test and the latencies measured on it.
 type target struct {
 	name    string // "shimd" or "containerd"; also the metric prefix
+	handler string // runtime handler of the pods ("" = default, runc)
 	rt      runtimeapi.RuntimeServiceClient
 	is      runtimeapi.ImageServiceClient
 	samples map[string][]time.Duration // by op
@@ -55,17 +56,22 @@ type pair struct {
 
 // newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
 // "k8s.io"), the same runc and the same CNI network (bridge + host-local + portmap),
-// from the same pause image bytes.
-func newPair(b *testing.B) *pair {
+// from the same pause image bytes. With handler harness.RunscHandler both also get the
+// runsc handler (the same runsc and options) and the targets' pods use it.
+func newPair(b *testing.B, handler string) *pair {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
+	}
+	runsc := handler == harness.RunscHandler
+	if runsc {
+		harness.SkipWithoutRunsc(b)
 	}
 	reg := harness.StartRegistry(b, harness.RegistryOptions{})
 	hosts := b.TempDir()
 	reg.WriteHermeticHostsDir(b, hosts)
 	// containerd with its CRI plugin, the CNI network in <base>/net.d (the
 	// CRI plugin's conf dir), and a leak check of namespace k8s.io.
-	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, RegistryConfigPath: hosts}})
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts}})
 	// shimd in the same base dir: same containerd, same CNI conf dir (hence
 	// the same bridge and IPAM data dir), its own runc root.
 	shimd := harness.StartShimd(b, harness.ShimdOptions{
@@ -73,6 +79,7 @@ func newPair(b *testing.B) *pair {
 		Dir:               env.Base,
 		RuncRoot:          filepath.Join(env.Base, "runc"),
 		ExtraConfig:       fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
+		Runsc:             runsc,
 	})
 	// Registered after StartShimd, so it runs while shimd is still up.
 	b.Cleanup(func() {
@@ -91,8 +98,8 @@ func newPair(b *testing.B) *pair {
 	waitCRIReady(b, criRT)
 	p := &pair{
 		env:     env,
-		shimd:   &target{name: "shimd", rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
-		cd:      &target{name: "containerd", rt: criRT, samples: map[string][]time.Duration{}},
+		shimd:   &target{name: "shimd", handler: handler, rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
+		cd:      &target{name: "containerd", handler: handler, rt: criRT, samples: map[string][]time.Duration{}},
 		shimdIS: shimd.Images(b),
 		cdIS:    cdIS,
 	}
@@ -114,7 +121,7 @@ func newPair(b *testing.B) *pair {
 // (shimd round i, then containerd round i) so background noise hits both alike. The
 // benchmark ignores b.N: one run does the fixed number of rounds (use -benchtime 1x).
 func BenchmarkPodLifecycle(b *testing.B) {
-	p := newPair(b)
+	p := newPair(b, "")
 	targets := []*target{p.shimd, p.cd}
 	for round := -warmup; round < rounds; round++ {
 		for _, tg := range targets {

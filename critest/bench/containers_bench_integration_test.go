@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
 )
 
 const (
@@ -26,7 +28,7 @@ const (
 // BenchmarkPull pulls a ~50 MB image of 6 layers from the local registry, then
 // removes it, pullRounds times per runtime, interleaved.
 func BenchmarkPull(b *testing.B) {
-	p := newPair(b)
+	p := newPair(b, "")
 	for round := -1; round < pullRounds; round++ {
 		for _, tg := range []*target{p.shimd, p.cd} {
 			tg.timed(b, round, "PullImage", func(ctx context.Context) error {
@@ -46,7 +48,7 @@ func BenchmarkPull(b *testing.B) {
 // BenchmarkContainerLifecycle creates, starts, execs in, stops and removes a busybox
 // container in one pod per runtime, rounds times, interleaved.
 func BenchmarkContainerLifecycle(b *testing.B) {
-	p := newPair(b)
+	p := newPair(b, "")
 	for _, tg := range []*target{p.shimd, p.cd} {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
@@ -139,8 +141,14 @@ func (tg *target) containerRound(b *testing.B, round int, podID string, pod *run
 // RunPodSandbox, CreateContainer and StartContainer back to back, with the
 // namespace options the kubelet sends for a pod that does not share its process
 // namespace. The total is the pod-start latency; teardown is not timed.
-func BenchmarkPodStart(b *testing.B) {
-	p := newPair(b)
+func BenchmarkPodStart(b *testing.B) { podStartBench(b, "") }
+
+// BenchmarkPodStartRunsc is BenchmarkPodStart with the pods on gVisor (handler runsc,
+// the same runsc for both), skipped without runsc (bash hack/tools.sh runsc).
+func BenchmarkPodStartRunsc(b *testing.B) { podStartBench(b, harness.RunscHandler) }
+
+func podStartBench(b *testing.B, handler string) {
+	p := newPair(b, handler)
 	for _, tg := range []*target{p.shimd, p.cd} {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
@@ -152,7 +160,11 @@ func BenchmarkPodStart(b *testing.B) {
 			tg.podStart(b, round)
 		}
 	}
-	report(b, fmt.Sprintf("pod start (busybox, one container): %d rounds per runtime after %d warm-up, interleaved", rounds, warmup),
+	on := "runc"
+	if handler != "" {
+		on = handler
+	}
+	report(b, fmt.Sprintf("pod start on %s (busybox, one container): %d rounds per runtime after %d warm-up, interleaved", on, rounds, warmup),
 		[]string{"RunPodSandbox", "CreateContainer", "StartContainer", "PodStart"}, p.shimd, p.cd)
 }
 
@@ -177,7 +189,7 @@ func (tg *target) podStart(b *testing.B, round int) {
 	var podID, id string
 	start := time.Now()
 	tg.timed(b, round, "RunPodSandbox", func(ctx context.Context) error {
-		resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod})
+		resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod, RuntimeHandler: tg.handler})
 		podID = resp.GetPodSandboxId()
 		return err
 	})
