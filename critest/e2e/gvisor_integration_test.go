@@ -96,6 +96,11 @@ func TestGVisorPodSharesOneSandbox(t *testing.T) {
 	resp, err = execSync(t, rs, a, 10, "uname", "-r")
 	require.NoError(t, err)
 	require.NotEqual(t, string(host), string(resp.Stdout), "gVisor reports its own kernel release")
+	for name, id := range map[string]string{"gVisor pod": a, "runc pod": r} {
+		resp, err = execSync(t, rs, id, 10, "sh", "-c", "uname -a; dmesg | head -3")
+		require.NoError(t, err)
+		t.Logf("%s: uname -a; dmesg | head -3:\n%s%s", name, resp.Stdout, resp.Stderr)
+	}
 	stopRemove(t, rs, runcPod.id)
 	stopRemove(t, rs, pod.id)
 	require.Empty(t, runscSandboxes(t, env), "the sandbox ends with the pod")
