@@ -25,9 +25,11 @@ import (
 	"github.com/shimd/shimd/sandbox/pause"
 )
 
+// rounds is the number of timed rounds per runtime (BENCH_ROUNDS, default 20).
+var rounds = envInt("BENCH_ROUNDS", 20)
+
 const (
-	rounds     = 20 // timed rounds per runtime
-	warmup     = 2  // untimed rounds per runtime before them
+	warmup     = 2 // untimed rounds per runtime before the timed ones
 	rpcTimeout = 2 * time.Minute
 	criNS      = "k8s.io" // containerd's CRI plugin namespace
 )
@@ -52,13 +54,17 @@ type pair struct {
 	env           *harness.Env
 	shimd, cd     *target
 	shimdIS, cdIS runtimeapi.ImageServiceClient
+	shimdNS       string // shimd's containerd namespace
 }
 
 // newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
 // "k8s.io"), the same runc and the same CNI network (bridge + host-local + portmap),
-// from the same pause image bytes. With handler harness.RunscHandler both also get the
-// runsc handler (the same runsc and options) and the targets' pods use it.
-func newPair(b *testing.B, handler string) *pair {
+// from the same pause image bytes.
+func newPair(b *testing.B) *pair { return newPairOn(b, "") }
+
+// newPairOn is newPair whose pods run on the runtime handler given: with
+// harness.RunscHandler both also get the runsc handler (the same runsc and options).
+func newPairOn(b *testing.B, handler string) *pair {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
 	}
@@ -66,12 +72,8 @@ func newPair(b *testing.B, handler string) *pair {
 	if runsc {
 		harness.SkipWithoutRunsc(b)
 	}
-	reg := harness.StartRegistry(b, harness.RegistryOptions{})
-	hosts := b.TempDir()
-	reg.WriteHermeticHostsDir(b, hosts)
-	// containerd with its CRI plugin, the CNI network in <base>/net.d (the
-	// CRI plugin's conf dir), and a leak check of namespace k8s.io.
-	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts}})
+	hosts := registryHosts(b)
+	env, criRT, cdIS := startCRIOn(b, hosts, runsc)
 	// shimd in the same base dir: same containerd, same CNI conf dir (hence
 	// the same bridge and IPAM data dir), its own runc root.
 	shimd := harness.StartShimd(b, harness.ShimdOptions{
@@ -89,19 +91,13 @@ func newPair(b *testing.B, handler string) *pair {
 		})
 	})
 
-	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(b, err)
-	b.Cleanup(func() { conn.Close() })
-	cdIS := runtimeapi.NewImageServiceClient(conn)
-	importSandboxImage(b, env, cdIS)
-	criRT := runtimeapi.NewRuntimeServiceClient(conn)
-	waitCRIReady(b, criRT)
 	p := &pair{
 		env:     env,
 		shimd:   &target{name: "shimd", handler: handler, rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
 		cd:      &target{name: "containerd", handler: handler, rt: criRT, samples: map[string][]time.Duration{}},
 		shimdIS: shimd.Images(b),
 		cdIS:    cdIS,
+		shimdNS: shimd.Namespace(),
 	}
 	p.shimd.is, p.cd.is = p.shimdIS, p.cdIS
 	b.Cleanup(func() {
@@ -121,7 +117,7 @@ func newPair(b *testing.B, handler string) *pair {
 // (shimd round i, then containerd round i) so background noise hits both alike. The
 // benchmark ignores b.N: one run does the fixed number of rounds (use -benchtime 1x).
 func BenchmarkPodLifecycle(b *testing.B) {
-	p := newPair(b, "")
+	p := newPair(b)
 	targets := []*target{p.shimd, p.cd}
 	for round := -warmup; round < rounds; round++ {
 		for _, tg := range targets {
@@ -130,6 +126,35 @@ func BenchmarkPodLifecycle(b *testing.B) {
 	}
 	report(b, fmt.Sprintf("pod sandbox lifecycle: %d rounds per runtime after %d warm-up rounds, interleaved", rounds, warmup),
 		ops, p.shimd, p.cd)
+}
+
+// registryHosts starts the offline registry and returns a hosts.toml directory
+// that mirrors every registry to it.
+func registryHosts(b *testing.B) string {
+	reg := harness.StartRegistry(b, harness.RegistryOptions{})
+	hosts := b.TempDir()
+	reg.WriteHermeticHostsDir(b, hosts)
+	return hosts
+}
+
+// startCRI starts a containerd with its CRI plugin, the CNI network in <base>/net.d
+// (the CRI plugin's conf dir) and a leak check of namespace k8s.io, makes it find
+// the sandbox image, and waits until it is ready.
+func startCRI(b *testing.B, hosts string) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	return startCRIOn(b, hosts, false)
+}
+
+// startCRIOn is startCRI, with the runsc handler in the CRI plugin if runsc.
+func startCRIOn(b *testing.B, hosts string, runsc bool) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts}})
+	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(b, err)
+	b.Cleanup(func() { conn.Close() })
+	cdIS := runtimeapi.NewImageServiceClient(conn)
+	importSandboxImage(b, env, cdIS)
+	criRT := runtimeapi.NewRuntimeServiceClient(conn)
+	waitCRIReady(b, criRT)
+	return env, criRT, cdIS
 }
 
 // importSandboxImage makes containerd's CRI find its sandbox image locally
@@ -244,7 +269,10 @@ func report(b *testing.B, title string, ops []string, shimd, cd *target) {
 		c50, c90 := percentile(cd.samples[op], 50), percentile(cd.samples[op], 90)
 		ratio := ms(s50) / ms(c50)
 		fmt.Fprintf(&out, "%-22s %8.1fms %8.1fms %13.1fms %13.1fms  %.2fx\n", op, ms(s50), ms(s90), ms(c50), ms(c90), ratio)
-		short := strings.ToLower(op)
+		// A metric unit has no spaces: "burst start (wall)" -> "burst-start-wall".
+		short := strings.Join(strings.FieldsFunc(strings.ToLower(op), func(r rune) bool {
+			return !('a' <= r && r <= 'z' || '0' <= r && r <= '9')
+		}), "-")
 		b.ReportMetric(ms(s50), shimd.name+"-"+short+"-p50-ms")
 		b.ReportMetric(ms(c50), cd.name+"-"+short+"-p50-ms")
 		b.ReportMetric(ratio, short+"-ratio")

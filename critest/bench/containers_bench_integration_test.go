@@ -28,7 +28,7 @@ const (
 // BenchmarkPull pulls a ~50 MB image of 6 layers from the local registry, then
 // removes it, pullRounds times per runtime, interleaved.
 func BenchmarkPull(b *testing.B) {
-	p := newPair(b, "")
+	p := newPair(b)
 	for round := -1; round < pullRounds; round++ {
 		for _, tg := range []*target{p.shimd, p.cd} {
 			tg.timed(b, round, "PullImage", func(ctx context.Context) error {
@@ -48,7 +48,7 @@ func BenchmarkPull(b *testing.B) {
 // BenchmarkContainerLifecycle creates, starts, execs in, stops and removes a busybox
 // container in one pod per runtime, rounds times, interleaved.
 func BenchmarkContainerLifecycle(b *testing.B) {
-	p := newPair(b, "")
+	p := newPair(b)
 	for _, tg := range []*target{p.shimd, p.cd} {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
@@ -137,39 +137,9 @@ func (tg *target) containerRound(b *testing.B, round int, podID string, pod *run
 	})
 }
 
-// BenchmarkPodStart times what a kubelet waits for to start a one-container pod:
-// RunPodSandbox, CreateContainer and StartContainer back to back, with the
-// namespace options the kubelet sends for a pod that does not share its process
-// namespace. The total is the pod-start latency; teardown is not timed.
-func BenchmarkPodStart(b *testing.B) { podStartBench(b, "") }
-
-// BenchmarkPodStartRunsc is BenchmarkPodStart with the pods on gVisor (handler runsc,
-// the same runsc for both), skipped without runsc (bash hack/tools.sh runsc).
-func BenchmarkPodStartRunsc(b *testing.B) { podStartBench(b, harness.RunscHandler) }
-
-func podStartBench(b *testing.B, handler string) {
-	p := newPair(b, handler)
-	for _, tg := range []*target{p.shimd, p.cd} {
-		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
-		cancel()
-		require.NoError(b, err, tg.name)
-	}
-	for round := -warmup; round < rounds; round++ {
-		for _, tg := range []*target{p.shimd, p.cd} {
-			tg.podStart(b, round)
-		}
-	}
-	on := "runc"
-	if handler != "" {
-		on = handler
-	}
-	report(b, fmt.Sprintf("pod start on %s (busybox, one container): %d rounds per runtime after %d warm-up, interleaved", on, rounds, warmup),
-		[]string{"RunPodSandbox", "CreateContainer", "StartContainer", "PodStart"}, p.shimd, p.cd)
-}
-
-func (tg *target) podStart(b *testing.B, round int) {
-	name := fmt.Sprintf("start-%s-%d", tg.name, round+warmup)
+// podStartConfigs are the pod and container configs the kubelet sends for a pod with
+// one busybox container that does not share its process namespace.
+func podStartConfigs(name string) (*runtimeapi.PodSandboxConfig, *runtimeapi.ContainerConfig) {
 	pod := &runtimeapi.PodSandboxConfig{
 		Metadata:  &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "bench", Uid: fmt.Sprintf("%s-%d-%d", name, os.Getpid(), time.Now().UnixNano())},
 		Hostname:  name,
@@ -186,6 +156,58 @@ func (tg *target) podStart(b *testing.B, round int) {
 			NamespaceOptions: pod.Linux.SecurityContext.NamespaceOptions,
 		}},
 	}
+	return pod, cfg
+}
+
+// BenchmarkPodStart times what a kubelet waits for to start a one-container pod:
+// RunPodSandbox, CreateContainer and StartContainer back to back, with the
+// namespace options the kubelet sends for a pod that does not share its process
+// namespace. The total is the pod-start latency; teardown is not timed.
+func BenchmarkPodStart(b *testing.B) {
+	p := newPair(b)
+	for _, tg := range []*target{p.shimd, p.cd} {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, tg.name)
+	}
+	// The floor's bundles come from a pod shimd started; it stays up (until the
+	// cleanups) while the floor rounds use its mounts (hosts, resolv.conf, /dev/shm).
+	podID, ctrID := templatePod(b, p.shimd)
+	fl := newFloor(b, p, p.shimdNS, podID, ctrID)
+	for round := -warmup; round < rounds; round++ {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			tg.podStart(b, round)
+		}
+		fl.round(b, round)
+	}
+	report(b, fmt.Sprintf("pod start (busybox, one container): %d rounds per runtime after %d warm-up, interleaved with the floor", rounds, warmup),
+		[]string{"RunPodSandbox", "CreateContainer", "StartContainer", "PodStart"}, p.shimd, p.cd)
+	reportFloor(b, fl, p.shimd, p.cd)
+}
+
+// BenchmarkPodStartRunsc is BenchmarkPodStart's pod start with the pods on gVisor
+// (handler runsc, the same runsc and options for both; no floor), skipped without
+// runsc (bash hack/tools.sh runsc).
+func BenchmarkPodStartRunsc(b *testing.B) {
+	p := newPairOn(b, harness.RunscHandler)
+	for _, tg := range []*target{p.shimd, p.cd} {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, tg.name)
+	}
+	for round := -warmup; round < rounds; round++ {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			tg.podStart(b, round)
+		}
+	}
+	report(b, fmt.Sprintf("pod start on runsc (busybox, one container): %d rounds per runtime after %d warm-up, interleaved", rounds, warmup),
+		[]string{"RunPodSandbox", "CreateContainer", "StartContainer", "PodStart"}, p.shimd, p.cd)
+}
+
+func (tg *target) podStart(b *testing.B, round int) {
+	pod, cfg := podStartConfigs(fmt.Sprintf("start-%s-%d", tg.name, round+warmup))
 	var podID, id string
 	start := time.Now()
 	tg.timed(b, round, "RunPodSandbox", func(ctx context.Context) error {
