@@ -59,8 +59,9 @@ critest: tools
 critest-soak: tools
 	CRITEST_RUNS=3 $(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/
 
-# gVisor: runsc and its shim are not part of `make tools` (hack/tools.sh runsc builds
-# them, 3 to 5 minutes here); without them the runsc tests skip themselves.
+# gVisor: runsc and its shim are not part of `make tools`: hack/tools.sh runsc builds
+# them in about 7 minutes from a cold build cache here (450 CPU-seconds, so at least
+# 4 minutes on an idle 2-core machine); without them the runsc tests skip themselves.
 # critest -runtime-handler=runsc against shimd and against containerd's own CRI plugin
 # with the same runsc; fails on a spec only shimd fails (critest/README.md).
 critest-runsc: tools
