@@ -236,11 +236,25 @@ func (c *Config) Validate() error {
 // root and systemd_cgroup. Every other shim gets config_path.
 const RuncType = "io.containerd.runc.v2"
 
+// isShim tells whether a runtime type names the shim of runtime type want: the type
+// itself, or an absolute path to that shim's binary (containerd runs it as given),
+// "containerd-shim-<name>-<version>" for "io.containerd.<name>.<version>".
+func isShim(typ, want string) bool {
+	if typ == want {
+		return true
+	}
+	parts := strings.Split(want, ".")
+	if !filepath.IsAbs(typ) || len(parts) != 4 {
+		return false
+	}
+	return filepath.Base(typ) == "containerd-shim-"+parts[2]+"-"+parts[3]
+}
+
 func (rt RuntimeConfig) validate(name string) error {
 	if rt.Type == "" {
 		return fmt.Errorf("config key runtimes.%s.type: must not be empty", name)
 	}
-	if rt.Type != RuncType {
+	if !isShim(rt.Type, RuncType) {
 		if rt.BinaryName != "" || rt.Root != "" || rt.SystemdCgroup {
 			return fmt.Errorf("config key runtimes.%s: binary_name, root and systemd_cgroup are options of %s only; "+
 				"a %s shim takes its options from the file named by config_path", name, RuncType, rt.Type)

@@ -36,12 +36,12 @@ func handlerRuntime(cfg Config, name string, rc RuntimeConfig) (sandbox.Runtime,
 		snap = cfg.Containerd.Snapshotter
 	}
 	rt := sandbox.Runtime{Type: rc.Type, Snapshotter: snap}
-	if rc.Type == RuncType {
+	if isShim(rc.Type, RuncType) {
 		rt.Options = &runcoptions.Options{BinaryName: rc.BinaryName, Root: rc.Root, SystemdCgroup: rc.SystemdCgroup}
 		return rt, nil
 	}
 	rt.Options = &runtimeoptions.Options{TypeUrl: rc.Type + ".options", ConfigPath: rc.ConfigPath}
-	if rc.Type == RunscType {
+	if isShim(rc.Type, RunscType) {
 		r, err := runscOf(cfg, rc)
 		if err != nil {
 			return rt, fmt.Errorf("config key runtimes.%s.config_path: %w", name, err)
@@ -83,9 +83,9 @@ func runscOf(cfg Config, rc RuntimeConfig) (network.Runsc, error) {
 // (default runc), runsc's from its options file; none for other shims.
 func featuresBinary(rc RuntimeConfig, rt sandbox.Runtime) string {
 	switch {
-	case rc.Type == RuncType && rc.BinaryName != "":
+	case isShim(rc.Type, RuncType) && rc.BinaryName != "":
 		return rc.BinaryName
-	case rc.Type == RuncType:
+	case isShim(rc.Type, RuncType):
 		return "runc"
 	case rt.GVisor != nil:
 		return rt.GVisor.Binary

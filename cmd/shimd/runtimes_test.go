@@ -38,6 +38,14 @@ func TestHandlerRuntime(t *testing.T) {
 			Flags: []string{"--debug=true", "--platform=systrap"}, SocketDir: "/run/shimd/runsc"}, rt.GVisor)
 		require.Equal(t, "/opt/bin/runsc", featuresBinary(rc, rt))
 	})
+	t.Run("shims named by path", func(t *testing.T) {
+		rt, err := handlerRuntime(cfg, "runc", RuntimeConfig{Type: "/opt/bin/containerd-shim-runc-v2", BinaryName: "/opt/bin/runc"})
+		require.NoError(t, err)
+		require.Equal(t, &runcoptions.Options{BinaryName: "/opt/bin/runc"}, rt.Options)
+		rt, err = handlerRuntime(cfg, "runsc", RuntimeConfig{Type: "/opt/bin/containerd-shim-runsc-v1", ConfigPath: runscToml})
+		require.NoError(t, err)
+		require.Equal(t, "/opt/bin/runsc", rt.GVisor.Binary)
+	})
 	t.Run("runsc without a file: the shim's defaults", func(t *testing.T) {
 		rt, err := handlerRuntime(cfg, "runsc", RuntimeConfig{Type: RunscType})
 		require.NoError(t, err)
