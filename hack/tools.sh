@@ -7,7 +7,8 @@
 #   hack/tools.sh kubelet    kubelet v1.34.12 (about 6 minutes, 1.5 GB of memory)
 #   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            v1.34.12 and etcd, for the one-node cluster (make e2e-cluster)
-#   hack/tools.sh all        all of the above
+#   hack/tools.sh runsc      gVisor's runsc and containerd-shim-runsc-v1 (the runsc runtime handler)
+#   hack/tools.sh all        all of the above but runsc (over 3 minutes: built by make critest-runsc)
 # Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
 set -euo pipefail
 
@@ -18,6 +19,8 @@ RUNC_VERSION=${RUNC_VERSION:-v1.5.2}
 CRITOOLS_VERSION=${CRITOOLS_VERSION:-v1.36.0}
 GINKGO_VERSION=${GINKGO_VERSION:-v2.28.1}
 KUBELET_VERSION=${KUBELET_VERSION:-v1.34.12}
+# gVisor publishes no semver tags on the module proxy: a pseudo-version of its go branch.
+GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.4}
 mkdir -p "$BIN"
 # One run at a time: a second caller waits, then finds the binaries cached.
@@ -152,13 +155,50 @@ etcd_bin() {
 	rm -rf "$e"
 }
 
+# runsc and its containerd shim from one gVisor commit, static (CGO_ENABLED=0). The
+# version is written next to them: neither binary prints the module version.
+#
+# One line of the shim is changed at build time, in a copy of the module (go's
+# -overlay may not replace files in the module cache): containerd-shim-runsc-v1 sets
+# its daemon's oom_score_adj to -999 and fails to start when that is refused, which it
+# always is on a node without CAP_SYS_RESOURCE (see ENVIRONMENT). The patched shim
+# keeps the score it inherited instead of failing, as containerd's own runc shim does
+# (it sets containerd's score + 1). shimd and containerd's CRI plugin use this one shim.
+runsc_bins() {
+	if [ -x "$BIN/runsc" ] && [ -x "$BIN/containerd-shim-runsc-v1" ] &&
+		[ "$(cat "$BIN/runsc.version" 2>/dev/null)" = "$GVISOR_VERSION+oom" ]; then return 0; fi
+	log "building runsc and containerd-shim-runsc-v1 (gvisor.dev/gvisor@$GVISOR_VERSION)"
+	local d
+	d=$(mktemp -d)
+	(
+		cd "$d"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0
+		go mod init x >/dev/null 2>&1
+		go get "gvisor.dev/gvisor@$GVISOR_VERSION" >/dev/null 2>&1
+		go build -o "$BIN/runsc" gvisor.dev/gvisor/runsc
+		local manager=gvisor/pkg/shim/v1/manager.go
+		cp -r "$(go list -m -f '{{.Dir}}' gvisor.dev/gvisor)" gvisor
+		chmod -R u+w gvisor
+		sed -i 's/if err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil {/if err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil \&\& !os.IsPermission(err) {/' "$manager"
+		if ! grep -q 'oomScoreMax); err != nil && !os.IsPermission(err)' "$manager"; then
+			echo "tools: $manager of gvisor $GVISOR_VERSION changed: the oom_score_adj patch no longer applies" >&2
+			exit 1
+		fi
+		go mod edit -replace gvisor.dev/gvisor=./gvisor
+		go build -o "$BIN/containerd-shim-runsc-v1" gvisor.dev/gvisor/shim
+		echo "$GVISOR_VERSION+oom" >"$BIN/runsc.version"
+	)
+	rm -rf "$d"
+}
+
 case "${1:-all}" in
 debs) debs ;;
 containerd) containerd_bins ;;
 runc) runc_bin ;;
 critools) critools ;;
 kubelet) kube_bins kubelet ;;
+runsc) runsc_bins ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 all) debs; containerd_bins; runc_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
-*) echo "usage: $0 debs|containerd|runc|critools|kubelet|cluster|all" >&2; exit 2 ;;
+*) echo "usage: $0 debs|containerd|runc|critools|kubelet|runsc|cluster|all" >&2; exit 2 ;;
 esac

@@ -12,21 +12,15 @@ import (
 // the client has finished sending (half-close), before it is cut.
 const portForwardLinger = 10 * time.Second
 
-// ForwardPort connects stream to 127.0.0.1:port (or [::1]:port) inside the network
-// namespace at netnsPath (the host's when empty) and copies both ways until either
-// side is done. A port nobody listens on is the returned error; an error while
-// copying ends the session and is returned as copyErr, for the log only.
-func ForwardPort(netnsPath string, port int32, stream io.ReadWriteCloser) (copyErr, err error) {
-	conn, err := DialPod(netnsPath, port)
-	if err != nil {
-		return nil, err
-	}
+// Forward copies between conn and stream both ways until either side is done, then
+// closes conn. The client's EOF reaches the pod as a half-close where conn has one.
+func Forward(conn net.Conn, stream io.ReadWriteCloser) (copyErr error) {
 	defer conn.Close()
 	toPod, toClient := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := io.Copy(conn, stream)
-		if tc, ok := conn.(*net.TCPConn); ok {
-			_ = tc.CloseWrite() // the pod sees the client's EOF
+		if hc, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = hc.CloseWrite() // the pod sees the client's EOF
 		}
 		toPod <- err
 	}()
@@ -42,7 +36,7 @@ func ForwardPort(netnsPath string, port int32, stream io.ReadWriteCloser) (copyE
 		case <-time.After(portForwardLinger):
 		}
 	}
-	return copyErr, nil
+	return copyErr
 }
 
 // DialPod connects to port on the pod's loopback, IPv4 then IPv6, from a thread inside

@@ -48,5 +48,12 @@
 // Exec / Attach / PortForward: the RPC validates and returns a URL of the streaming
 // server (package streaming) and starts nothing; the kubelet connects to that URL; the
 // backend (streaming.go) then runs a containerd exec, attaches to the container's IO
-// broadcasters, or dials the port inside the pod's network namespace.
+// broadcasters, or dials the port inside the pod's network namespace (for a gVisor
+// pod, whose loopback lives in its Sentry, runsc connects it: network.Runsc).
+//
+// Runtime handlers: each is a containerd shim with its options (runc's, or for any
+// other shim containerd's CRI runtime options naming its config file). The pause
+// container and every container carry the CRI annotations containerd's CRI plugin
+// sets (container type, sandbox id, names, log directory), by which runsc and Kata
+// put a pod's containers into the pod's sandbox.
 package runtime

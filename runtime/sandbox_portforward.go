@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -49,8 +50,10 @@ func (s *Service) readySandbox(id string) (*sandbox.Sandbox, error) {
 }
 
 // PortForward connects the stream to 127.0.0.1:port inside the pod's network
-// namespace (the host's for a host-network pod) and copies both ways. A port nobody
-// listens on is an error, which the client sees on this stream only.
+// namespace (the host's for a host-network pod) and copies both ways. In a gVisor pod
+// the pod's loopback lives in the sandbox's own network stack, not in the namespace:
+// runsc connects the stream there. A port nobody listens on is an error, which the
+// client sees on this stream only.
 func (b streamBackend) PortForward(ctx context.Context, id string, port int32, stream io.ReadWriteCloser) error {
 	sb, err := b.s.readySandbox(id)
 	if err != nil {
@@ -59,10 +62,22 @@ func (b streamBackend) PortForward(ctx context.Context, id string, port int32, s
 	if port <= 0 || port > 65535 {
 		return invalid("port", "%d is out of range 1-65535", port)
 	}
-	copyErr, err := network.ForwardPort(sb.NetNSPath, port, stream)
-	if copyErr != nil {
+	rt, err := b.s.opts.Sandboxes.Runtime(sb.RuntimeHandler)
+	if err != nil {
+		return err
+	}
+	var conn net.Conn
+	if rt.GVisor != nil {
+		conn, err = rt.GVisor.DialSandbox(ctx, sb.ID, port)
+	} else {
+		conn, err = network.DialPod(sb.NetNSPath, port)
+	}
+	if err != nil {
+		return err
+	}
+	if copyErr := network.Forward(conn, stream); copyErr != nil {
 		// Not the client's business: it reports errors for the whole session.
 		log.G(ctx).WithError(copyErr).WithField("sandbox", sb.ID).Debugf("port forward to %d ended", port)
 	}
-	return err
+	return nil
 }

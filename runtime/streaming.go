@@ -14,7 +14,7 @@ import (
 // URL from the streaming server, starting nothing. The client connects to that URL and
 // the streaming server calls the backend (StreamingBackend): a containerd exec
 // (streaming_exec.go), an attachment to the container's IO (streaming_attach.go), or
-// a connection dialled inside the pod's netns (network.ForwardPort).
+// a connection dialled inside the pod's netns (network.DialPod, or runsc for a gVisor pod; network.Forward).
 
 // StreamingServer hands out the URLs of streaming sessions (package streaming's Server).
 type StreamingServer interface {

@@ -35,6 +35,9 @@ type Runtime struct {
 	Type        string
 	Options     any // e.g. *options.Options for io.containerd.runc.v2
 	Snapshotter string
+	// GVisor is set for gVisor's runsc shim: the pod's network stack lives in its
+	// sandbox, which runsc reaches (port forwarding).
+	GVisor *network.Runsc
 }
 
 // Options configures a Manager.

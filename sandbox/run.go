@@ -197,6 +197,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: args, ImageEnv: env,
 		NetNSPath: sb.NetNSPath, UsernsPath: m.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
+		ImageName: img.Name(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pause spec: %w", err)

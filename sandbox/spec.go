@@ -42,6 +42,48 @@ type PauseSpecInput struct {
 	// MinOOMScoreAdj is the lowest oom_score_adj shimd may give (its own value: lowering
 	// below it needs CAP_SYS_RESOURCE, which a node may lack).
 	MinOOMScoreAdj int
+	// ImageName is the pause image's reference (for the annotations).
+	ImageName string
+}
+
+// The CRI annotations containerd's CRI plugin puts on a pod's pause container, for
+// every runtime handler (its internal/cri/annotations.DefaultCRIAnnotations with
+// sandbox=true, and the sandbox resources of podsandbox/sandbox_run_linux.go).
+// Sandboxed runtimes read them: runsc makes the pause container a new gVisor sandbox
+// (container-type "sandbox") and puts each container whose sandbox-id names it into
+// that sandbox; Kata sizes the VM from the sandbox resources.
+const (
+	AnnotationContainerType    = "io.kubernetes.cri.container-type"
+	AnnotationSandboxID        = "io.kubernetes.cri.sandbox-id"
+	AnnotationSandboxName      = "io.kubernetes.cri.sandbox-name"
+	AnnotationSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
+	AnnotationSandboxUID       = "io.kubernetes.cri.sandbox-uid"
+	AnnotationSandboxLogDir    = "io.kubernetes.cri.sandbox-log-directory"
+	AnnotationSandboxImageName = "io.kubernetes.cri.podsandbox.image-name"
+	AnnotationSandboxCPUPeriod = "io.kubernetes.cri.sandbox-cpu-period"
+	AnnotationSandboxCPUQuota  = "io.kubernetes.cri.sandbox-cpu-quota"
+	AnnotationSandboxCPUShares = "io.kubernetes.cri.sandbox-cpu-shares"
+	AnnotationSandboxMemory    = "io.kubernetes.cri.sandbox-memory"
+)
+
+func pauseAnnotations(in PauseSpecInput) map[string]string {
+	md := in.Config.GetMetadata()
+	a := map[string]string{
+		AnnotationContainerType:    "sandbox",
+		AnnotationSandboxID:        in.ID,
+		AnnotationSandboxName:      md.GetName(),
+		AnnotationSandboxNamespace: md.GetNamespace(),
+		AnnotationSandboxUID:       md.GetUid(),
+		AnnotationSandboxLogDir:    in.Config.GetLogDirectory(),
+		AnnotationSandboxImageName: in.ImageName,
+	}
+	if res := in.Config.GetLinux().GetResources(); res != nil {
+		a[AnnotationSandboxCPUPeriod] = strconv.FormatInt(res.GetCpuPeriod(), 10)
+		a[AnnotationSandboxCPUQuota] = strconv.FormatInt(res.GetCpuQuota(), 10)
+		a[AnnotationSandboxCPUShares] = strconv.FormatInt(res.GetCpuShares(), 10)
+		a[AnnotationSandboxMemory] = strconv.FormatInt(res.GetMemoryLimitInBytes(), 10)
+	}
+	return a
 }
 
 // PauseSpec builds the pause container's OCI spec. It is a pure function of its input.
@@ -63,13 +105,7 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 		oci.WithCPUShares(DefaultSandboxCPUShares),
 		withOOMScoreAdj(clampOOM(DefaultSandboxOOMScoreAdj, in.MinOOMScoreAdj)),
 		withoutRlimits, // inherit the shim's: raising them needs CAP_SYS_RESOURCE
-		oci.WithAnnotations(map[string]string{
-			"io.kubernetes.cri.container-type":    "sandbox",
-			"io.kubernetes.cri.sandbox-id":        in.ID,
-			"io.kubernetes.cri.sandbox-name":      cfg.GetMetadata().GetName(),
-			"io.kubernetes.cri.sandbox-namespace": cfg.GetMetadata().GetNamespace(),
-			"io.kubernetes.cri.sandbox-uid":       cfg.GetMetadata().GetUid(),
-		}),
+		oci.WithAnnotations(pauseAnnotations(in)),
 	}
 	if nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE {
 		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace))

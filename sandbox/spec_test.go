@@ -93,16 +93,33 @@ func TestPauseSpec(t *testing.T) {
 			require.Empty(t, s.Linux.MaskedPaths)
 			require.Empty(t, s.Linux.ReadonlyPaths)
 		}},
-		{name: "annotations name the sandbox", check: func(t *testing.T, s *specs.Spec) {
-			require.Equal(t, "sandbox", s.Annotations["io.kubernetes.cri.container-type"])
-			require.Equal(t, "abc", s.Annotations["io.kubernetes.cri.sandbox-id"])
+		{name: "annotations name the sandbox as containerd's CRI plugin does", mutate: func(c *runtimeapi.PodSandboxConfig, _ *PauseSpecInput) {
+			c.LogDirectory = "/var/log/pods/ns_p_u"
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, map[string]string{
+				"io.kubernetes.cri.container-type":        "sandbox",
+				"io.kubernetes.cri.sandbox-id":            "abc",
+				"io.kubernetes.cri.sandbox-name":          "p",
+				"io.kubernetes.cri.sandbox-namespace":     "ns",
+				"io.kubernetes.cri.sandbox-uid":           "u",
+				"io.kubernetes.cri.sandbox-log-directory": "/var/log/pods/ns_p_u",
+				"io.kubernetes.cri.podsandbox.image-name": "localhost/shimd/pause:1.0",
+			}, s.Annotations)
+		}},
+		{name: "sandbox resources become annotations", mutate: func(c *runtimeapi.PodSandboxConfig, _ *PauseSpecInput) {
+			c.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512, MemoryLimitInBytes: 64 << 20}
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, "100000", s.Annotations["io.kubernetes.cri.sandbox-cpu-period"])
+			require.Equal(t, "50000", s.Annotations["io.kubernetes.cri.sandbox-cpu-quota"])
+			require.Equal(t, "512", s.Annotations["io.kubernetes.cri.sandbox-cpu-shares"])
+			require.Equal(t, "67108864", s.Annotations["io.kubernetes.cri.sandbox-memory"])
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := base()
 			in := PauseSpecInput{ID: "abc", Namespace: "shimd", Config: cfg, ImageArgs: []string{"/pause"},
-				NetNSPath: "/run/shimd/netns/abc", CgroupDriver: "cgroupfs", MinOOMScoreAdj: -1000}
+				NetNSPath: "/run/shimd/netns/abc", CgroupDriver: "cgroupfs", MinOOMScoreAdj: -1000, ImageName: "localhost/shimd/pause:1.0"}
 			if tt.mutate != nil {
 				tt.mutate(cfg, &in)
 			}

@@ -72,6 +72,10 @@ type RuntimeConfig struct {
 	Root string `toml:"root"`
 	// SystemdCgroup makes runc use the systemd cgroup driver.
 	SystemdCgroup bool `toml:"systemd_cgroup"`
+	// ConfigPath is the options file of a shim other than runc's (for
+	// io.containerd.runsc.v1, the runsc shim's TOML file: binary_name, root,
+	// [runsc_config]), handed to the shim as containerd's CRI plugin does.
+	ConfigPath string `toml:"config_path"`
 	// Snapshotter overrides containerd.snapshotter for this handler.
 	Snapshotter string `toml:"snapshotter"`
 }
@@ -211,12 +215,9 @@ func (c *Config) Validate() error {
 	if c.Containerd.Snapshotter == "" {
 		return errors.New("config key containerd.snapshotter: must not be empty")
 	}
-	for name, rt := range c.Runtimes {
-		if rt.Type == "" {
-			return fmt.Errorf("config key runtimes.%s.type: must not be empty", name)
-		}
-		if rt.BinaryName != "" && !filepath.IsAbs(rt.BinaryName) && strings.Contains(rt.BinaryName, "/") {
-			return fmt.Errorf("config key runtimes.%s.binary_name: must be absolute or a bare name, got %q", name, rt.BinaryName)
+	for _, name := range sortedKeys(c.Runtimes) {
+		if err := c.Runtimes[name].validate(name); err != nil {
+			return err
 		}
 	}
 	if _, ok := c.Runtimes[c.DefaultRuntime]; !ok {
@@ -229,6 +230,47 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config key streaming.port: %d is out of range 0-65535", c.Streaming.Port)
 	}
 	return c.validateStreamingAndDebug()
+}
+
+// RuncType is the runtime type of runc's shim: the only one that takes binary_name,
+// root and systemd_cgroup. Every other shim gets config_path.
+const RuncType = "io.containerd.runc.v2"
+
+// isShim tells whether a runtime type names the shim of runtime type want: the type
+// itself, or an absolute path to that shim's binary (containerd runs it as given),
+// "containerd-shim-<name>-<version>" for "io.containerd.<name>.<version>".
+func isShim(typ, want string) bool {
+	if typ == want {
+		return true
+	}
+	parts := strings.Split(want, ".")
+	if !filepath.IsAbs(typ) || len(parts) != 4 {
+		return false
+	}
+	return filepath.Base(typ) == "containerd-shim-"+parts[2]+"-"+parts[3]
+}
+
+func (rt RuntimeConfig) validate(name string) error {
+	if rt.Type == "" {
+		return fmt.Errorf("config key runtimes.%s.type: must not be empty", name)
+	}
+	if !isShim(rt.Type, RuncType) {
+		if rt.BinaryName != "" || rt.Root != "" || rt.SystemdCgroup {
+			return fmt.Errorf("config key runtimes.%s: binary_name, root and systemd_cgroup are options of %s only; "+
+				"a %s shim takes its options from the file named by config_path", name, RuncType, rt.Type)
+		}
+		if rt.ConfigPath != "" && !filepath.IsAbs(rt.ConfigPath) {
+			return fmt.Errorf("config key runtimes.%s.config_path: must be an absolute path, got %q", name, rt.ConfigPath)
+		}
+		return nil
+	}
+	if rt.ConfigPath != "" {
+		return fmt.Errorf("config key runtimes.%s.config_path: not used by %s (set binary_name, root, systemd_cgroup)", name, RuncType)
+	}
+	if rt.BinaryName != "" && !filepath.IsAbs(rt.BinaryName) && strings.Contains(rt.BinaryName, "/") {
+		return fmt.Errorf("config key runtimes.%s.binary_name: must be absolute or a bare name, got %q", name, rt.BinaryName)
+	}
+	return nil
 }
 
 func (c *Config) validateStreamingAndDebug() error {
@@ -277,7 +319,7 @@ func (c Config) Encode() ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

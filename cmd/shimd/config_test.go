@@ -36,6 +36,16 @@ func TestLoadConfig(t *testing.T) {
 		{name: "k8s.io namespace", file: "[containerd]\nnamespace = \"k8s.io\"\n", wantErr: "config key containerd.namespace"},
 		{name: "undefined default runtime", file: "default_runtime = \"kata\"\n", wantErr: "config key default_runtime"},
 		{name: "runtime without type", file: "[runtimes.kata]\nbinary_name = \"kata\"\n", wantErr: "config key runtimes.kata.type"},
+		{name: "runc options on another shim", file: "[runtimes.runsc]\ntype = \"io.containerd.runsc.v1\"\nbinary_name = \"runsc\"\n", wantErr: "config key runtimes.runsc: binary_name, root and systemd_cgroup are options of io.containerd.runc.v2 only"},
+		{name: "relative config_path", file: "[runtimes.runsc]\ntype = \"io.containerd.runsc.v1\"\nconfig_path = \"runsc.toml\"\n", wantErr: "config key runtimes.runsc.config_path: must be an absolute path"},
+		{name: "config_path on runc", file: "[runtimes.runc]\ntype = \"io.containerd.runc.v2\"\nconfig_path = \"/etc/runc.toml\"\n", wantErr: "config key runtimes.runc.config_path: not used"},
+		{name: "runc's shim by path takes runc's options", file: "[runtimes.runc]\ntype = \"/opt/bin/containerd-shim-runc-v2\"\nbinary_name = \"/opt/bin/runc\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, "/opt/bin/runc", c.Runtimes["runc"].BinaryName)
+		}},
+		{name: "another shim by path takes no runc options", file: "[runtimes.x]\ntype = \"/opt/bin/containerd-shim-runsc-v1\"\nroot = \"/run/x\"\n", wantErr: "config key runtimes.x: binary_name, root and systemd_cgroup"},
+		{name: "runsc handler", file: "[runtimes.runsc]\ntype = \"io.containerd.runsc.v1\"\nconfig_path = \"/etc/shimd/runsc.toml\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, RuntimeConfig{Type: RunscType, ConfigPath: "/etc/shimd/runsc.toml"}, c.Runtimes["runsc"])
+		}},
 		{name: "port out of range", file: "[streaming]\nport = 70000\n", wantErr: "config key streaming.port"},
 		{name: "pull progress timeout", file: "[registry]\npull_progress_timeout = \"30s\"\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, Duration(30*time.Second), c.Registry.PullProgressTimeout)

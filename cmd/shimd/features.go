@@ -13,15 +13,18 @@ import (
 	"github.com/shimd/shimd/runtime"
 )
 
-// runtimeFeatures asks each runtime handler's OCI runtime (`<binary> features`) what
-// it supports: recursive read-only mounts ("rro") and id-mapped mounts, which user
-// namespaces need. A runtime that cannot say supports neither.
-func runtimeFeatures(ctx context.Context, runtimes map[string]RuntimeConfig) map[string]runtime.HandlerFeatures {
+// runtimeFeatures asks each runtime handler's OCI runtime (`<binary> features`, binary
+// by handler; "" for a shim whose runtime shimd does not know) what it supports:
+// recursive read-only mounts ("rro") and id-mapped mounts with user namespaces, which
+// pods with their own user namespace need. containerd's CRI plugin reads the same
+// document (through the shim) with the same rules. A runtime that cannot say
+// supports neither.
+func runtimeFeatures(ctx context.Context, binaries map[string]string) map[string]runtime.HandlerFeatures {
 	out := map[string]runtime.HandlerFeatures{}
-	for name, rc := range runtimes {
-		bin := rc.BinaryName
+	for name, bin := range binaries {
 		if bin == "" {
-			bin = "runc"
+			out[name] = runtime.HandlerFeatures{}
+			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		data, err := exec.CommandContext(cctx, bin, "features").Output()

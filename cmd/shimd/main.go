@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/containerd/cgroups/v3"
-	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cap"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -225,17 +224,15 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	runtimes := map[string]sandbox.Runtime{}
 	snapshotters := map[string]string{"": cfg.Containerd.Snapshotter}
 	var handlers []string
+	featureBins := map[string]string{}
 	for name, rc := range cfg.Runtimes {
-		snap := rc.Snapshotter
-		if snap == "" {
-			snap = cfg.Containerd.Snapshotter
+		rt, err := handlerRuntime(cfg, name, rc)
+		if err != nil {
+			return wiring{}, err
 		}
-		runtimes[name] = sandbox.Runtime{
-			Type:        rc.Type,
-			Options:     &options.Options{BinaryName: rc.BinaryName, Root: rc.Root, SystemdCgroup: rc.SystemdCgroup},
-			Snapshotter: snap,
-		}
-		snapshotters[name] = snap
+		runtimes[name] = rt
+		snapshotters[name] = rt.Snapshotter
+		featureBins[name] = featuresBinary(rc, rt)
 		handlers = append(handlers, name)
 	}
 	sort.Strings(handlers)
@@ -264,7 +261,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: cfgJSON,
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM,
-		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg), PauseImage: pauseRef,
+		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(featureBins), PauseImage: pauseRef,
 	})
 	// One event monitor for all tasks. A pause process's exit makes its sandbox
 	// NOTREADY before the runtime service publishes it; after a resubscription the
@@ -278,8 +275,9 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	return wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events}, nil
 }
 
-// nodeInfo reads what containers' specs depend on about this node.
-func nodeInfo(cfg Config) runtime.NodeInfo {
+// nodeInfo reads what containers' specs depend on about this node and the features
+// of each handler's OCI runtime (featureBins: handler -> binary, "" for none).
+func nodeInfo(featureBins map[string]string) runtime.NodeInfo {
 	caps, err := cap.Current()
 	if err != nil {
 		log.L.WithError(err).Warn("read capability bounding set")
@@ -293,7 +291,7 @@ func nodeInfo(cfg Config) runtime.NodeInfo {
 		hugetlb = true
 	}
 	return runtime.NodeInfo{Capabilities: caps, UnifiedCgroups: unified, HugetlbController: hugetlb,
-		Handlers: runtimeFeatures(context.Background(), cfg.Runtimes)}
+		Handlers: runtimeFeatures(context.Background(), featureBins)}
 }
 
 // recoverUntilDone runs the recovery steps (images, sandboxes, then containers),

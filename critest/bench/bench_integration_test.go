@@ -42,6 +42,7 @@ func TestMain(m *testing.M) { harness.Main(m) }
 // target is one CRI runtime under test and the latencies measured on it.
 type target struct {
 	name    string // "shimd" or "containerd"; also the metric prefix
+	handler string // runtime handler of the pods ("" = default, runc)
 	rt      runtimeapi.RuntimeServiceClient
 	is      runtimeapi.ImageServiceClient
 	samples map[string][]time.Duration // by op
@@ -59,12 +60,20 @@ type pair struct {
 // newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
 // "k8s.io"), the same runc and the same CNI network (bridge + host-local + portmap),
 // from the same pause image bytes.
-func newPair(b *testing.B) *pair {
+func newPair(b *testing.B) *pair { return newPairOn(b, "") }
+
+// newPairOn is newPair whose pods run on the runtime handler given: with
+// harness.RunscHandler both also get the runsc handler (the same runsc and options).
+func newPairOn(b *testing.B, handler string) *pair {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
 	}
+	runsc := handler == harness.RunscHandler
+	if runsc {
+		harness.SkipWithoutRunsc(b)
+	}
 	hosts := registryHosts(b)
-	env, criRT, cdIS := startCRI(b, hosts)
+	env, criRT, cdIS := startCRIOn(b, hosts, runsc)
 	// shimd in the same base dir: same containerd, same CNI conf dir (hence
 	// the same bridge and IPAM data dir), its own runc root.
 	shimd := harness.StartShimd(b, harness.ShimdOptions{
@@ -72,6 +81,7 @@ func newPair(b *testing.B) *pair {
 		Dir:               env.Base,
 		RuncRoot:          filepath.Join(env.Base, "runc"),
 		ExtraConfig:       fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
+		Runsc:             runsc,
 	})
 	// Registered after StartShimd, so it runs while shimd is still up.
 	b.Cleanup(func() {
@@ -83,8 +93,8 @@ func newPair(b *testing.B) *pair {
 
 	p := &pair{
 		env:     env,
-		shimd:   &target{name: "shimd", rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
-		cd:      &target{name: "containerd", rt: criRT, samples: map[string][]time.Duration{}},
+		shimd:   &target{name: "shimd", handler: handler, rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
+		cd:      &target{name: "containerd", handler: handler, rt: criRT, samples: map[string][]time.Duration{}},
 		shimdIS: shimd.Images(b),
 		cdIS:    cdIS,
 		shimdNS: shimd.Namespace(),
@@ -131,7 +141,12 @@ func registryHosts(b *testing.B) string {
 // (the CRI plugin's conf dir) and a leak check of namespace k8s.io, makes it find
 // the sandbox image, and waits until it is ready.
 func startCRI(b *testing.B, hosts string) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
-	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, RegistryConfigPath: hosts}})
+	return startCRIOn(b, hosts, false)
+}
+
+// startCRIOn is startCRI, with the runsc handler in the CRI plugin if runsc.
+func startCRIOn(b *testing.B, hosts string, runsc bool) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts}})
 	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(b, err)
 	b.Cleanup(func() { conn.Close() })

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
 )
 
 const (
@@ -184,12 +186,32 @@ func BenchmarkPodStart(b *testing.B) {
 	reportFloor(b, fl, p.shimd, p.cd)
 }
 
+// BenchmarkPodStartRunsc is BenchmarkPodStart's pod start with the pods on gVisor
+// (handler runsc, the same runsc and options for both; no floor), skipped without
+// runsc (bash hack/tools.sh runsc).
+func BenchmarkPodStartRunsc(b *testing.B) {
+	p := newPairOn(b, harness.RunscHandler)
+	for _, tg := range []*target{p.shimd, p.cd} {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, tg.name)
+	}
+	for round := -warmup; round < rounds; round++ {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			tg.podStart(b, round)
+		}
+	}
+	report(b, fmt.Sprintf("pod start on runsc (busybox, one container): %d rounds per runtime after %d warm-up, interleaved", rounds, warmup),
+		[]string{"RunPodSandbox", "CreateContainer", "StartContainer", "PodStart"}, p.shimd, p.cd)
+}
+
 func (tg *target) podStart(b *testing.B, round int) {
 	pod, cfg := podStartConfigs(fmt.Sprintf("start-%s-%d", tg.name, round+warmup))
 	var podID, id string
 	start := time.Now()
 	tg.timed(b, round, "RunPodSandbox", func(ctx context.Context) error {
-		resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod})
+		resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod, RuntimeHandler: tg.handler})
 		podID = resp.GetPodSandboxId()
 		return err
 	})

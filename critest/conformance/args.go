@@ -19,6 +19,9 @@ type Settings struct {
 	// Runs is how many times the suite runs in one environment
 	// (CRITEST_RUNS, default 1; make critest-soak sets 3).
 	Runs int
+	// Handler is the runtime handler every pod of the suite runs with
+	// (critest -runtime-handler); "" is the runtime's default.
+	Handler string
 }
 
 // SettingsFromEnv reads CRITEST_PARALLEL, CRITEST_FOCUS and CRITEST_RUNS.
@@ -60,6 +63,9 @@ func Args(endpoint, config string, s Settings, skip string) []string {
 	}
 	if s.Parallel > 1 {
 		args = append(args, fmt.Sprintf("-parallel=%d", s.Parallel))
+	}
+	if s.Handler != "" {
+		args = append(args, "-runtime-handler", s.Handler)
 	}
 	if skip != "" {
 		args = append(args, "-ginkgo.skip", skip)

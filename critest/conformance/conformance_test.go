@@ -119,6 +119,8 @@ func TestArgs(t *testing.T) {
 		{name: "serial leaves -parallel out", s: Settings{Parallel: 1, Runs: 1}, want: base},
 		{name: "parallel, skip, focus", s: Settings{Parallel: 4, Runs: 1, Focus: "Image Manager"}, skip: "(?:digest)",
 			want: append(append([]string{}, base...), "-parallel=4", "-ginkgo.skip", "(?:digest)", "-ginkgo.focus", "Image Manager")},
+		{name: "runtime handler", s: Settings{Parallel: 1, Runs: 1, Handler: "runsc"},
+			want: append(append([]string{}, base...), "-runtime-handler", "runsc")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,6 +178,10 @@ func TestParseSummary(t *testing.T) {
 		},
 	}, s)
 	require.Contains(t, s.String(), "skipped while running (1): AppArmor is disabled on this host")
+	require.Equal(t, []string{
+		"[k8s.io] Security Context bucket [It] runtime should return error if RunAsGroup is set without RunAsUser",
+		"[k8s.io] Streaming runtime should support streaming interfaces [It] runtime should support attach [Conformance]",
+	}, s.FailedSpecs())
 }
 
 func TestParseSummarySuccess(t *testing.T) {

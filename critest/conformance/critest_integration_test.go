@@ -44,14 +44,7 @@ func TestCritest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := harness.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	skips, err := ReadSkipFile(filepath.Join(root, "critest", "skip"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	skips := repoSkips(t)
 	for _, s := range skips {
 		t.Logf("skip %q: %s", s.Pattern, s.Reason)
 	}
@@ -108,6 +101,20 @@ func TestCritest(t *testing.T) {
 	checkImagesFromMirrors(t, env)
 	checkRequestsLocal(t, env, reg)
 	t.Logf("critest summary:\n  %s", strings.Join(lines, "\n  "))
+}
+
+// repoSkips reads the repository's skip list (critest/skip).
+func repoSkips(t *testing.T) []Skip {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	skips, err := ReadSkipFile(filepath.Join(root, "critest", "skip"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return skips
 }
 
 // critestCmd is one critest invocation.

@@ -107,6 +107,21 @@ func failures(out string) []string {
 	return out2
 }
 
+// FailedSpecs are the texts of the failed specs (each failure's first line without
+// its "[FAIL] " marker), sorted.
+func (s Summary) FailedSpecs() []string {
+	out := make([]string, 0, len(s.Failures))
+	for _, f := range s.Failures {
+		first, _, _ := strings.Cut(f, "\n")
+		if i := strings.Index(first, "] "); i >= 0 && strings.HasPrefix(first, "[") {
+			first = first[i+2:]
+		}
+		out = append(out, first)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func runtimeSkips(out string) map[string]int {
 	m := map[string]int{}
 	for _, l := range strings.Split(out, "\n") {

@@ -289,6 +289,17 @@ func TestKill9ShimdWithContainers(t *testing.T) {
 
 	rs = restartShimd(t, env)
 
+	requireSurvivedRestart(t, rs, running, exited, before)
+	data, _ := os.ReadFile(path)
+	n := strings.Count(string(data), "line")
+	waitLog(t, path, "line"+strconv.Itoa(n+5)+"\n")
+	stopRemove(t, rs, pod.id)
+}
+
+// requireSurvivedRestart checks, after a restart of shimd, that the running container
+// still runs since before.StartedAt and answers exec, and exited keeps exit code 4.
+func requireSurvivedRestart(t *testing.T, rs runtimeapi.RuntimeServiceClient, running, exited string, before *runtimeapi.ContainerStatus) {
+	t.Helper()
 	st := containerStatus(t, rs, running)
 	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, st.State)
 	require.Equal(t, before.StartedAt, st.StartedAt)
@@ -298,10 +309,6 @@ func TestKill9ShimdWithContainers(t *testing.T) {
 	out, err := execSync(t, rs, running, 0, "echo", "still here")
 	require.NoError(t, err)
 	require.Equal(t, "still here\n", string(out.Stdout))
-	data, _ := os.ReadFile(path)
-	n := strings.Count(string(data), "line")
-	waitLog(t, path, "line"+strconv.Itoa(n+5)+"\n")
-	stopRemove(t, rs, pod.id)
 }
 
 // UpdateContainerResources changes a running container's cgroup limits, and

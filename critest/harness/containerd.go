@@ -46,6 +46,10 @@ type ContainerdOptions struct {
 	// certs.d-style directory of hosts.toml files). Empty: none.
 	RegistryConfigPath string
 
+	// Runsc adds the runtime handler "runsc" (gVisor, RunscRuntimeType, platform
+	// systrap; see WriteRunscConfig) to the CRI plugin. Needs WithCRI.
+	Runsc bool
+
 	// ExtraConfig is raw TOML appended to config.toml, after the plugin
 	// tables: start it with a table header. It must use the config version
 	// of the binary (3 for 2.x, 2 for 1.6; see MajorVersion) and must not
@@ -98,6 +102,9 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 			SandboxImage:       or(opts.SandboxImage, DefaultSandboxImage),
 			RegistryConfigPath: opts.RegistryConfigPath,
 		}
+		if opts.Runsc {
+			cri.RunscConfigPath = WriteRunscConfig(t, dir)
+		}
 		if err := os.MkdirAll(cri.CNIConfDir, 0o755); err != nil {
 			t.Fatalf("harness: %v", err)
 		}
@@ -117,7 +124,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 			name:    "containerd " + ver.Raw,
 			path:    tools.Containerd,
 			args:    []string{"--config", cfgPath},
-			env:     daemonEnv(tools.BinDir),
+			env:     daemonEnv(tools.BinDir + ":" + filepath.Dir(tools.RunscShim)),
 			logPath: filepath.Join(dir, "containerd.log"),
 		},
 	}

@@ -39,6 +39,8 @@ type criConfig struct {
 	Runc               string
 	SandboxImage       string
 	RegistryConfigPath string
+	// RunscConfigPath, if set, adds the handler "runsc" with this options file.
+	RunscConfigPath string
 }
 
 // criPlugins2x are the CRI plugins of containerd 2.x, disabled unless WithCRI.
@@ -132,6 +134,7 @@ func writeCRIv3(w func(string, ...any), l containerdLayout, c *criConfig) {
 	w("        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]")
 	w("          BinaryName = %s", q(c.Runc))
 	w("          Root = %s", q(l.RuncRoot))
+	writeRunscRuntime(w, "'io.containerd.cri.v1.runtime'", c)
 	w("    [plugins.'io.containerd.cri.v1.runtime'.cni]")
 	w("      bin_dirs = [%s]", q(c.CNIBinDir))
 	w("      conf_dir = %s", q(c.CNIConfDir))
@@ -156,12 +159,28 @@ func writeCRIv2(w func(string, ...any), l containerdLayout, c *criConfig) {
 	w("        [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]")
 	w("          BinaryName = %s", q(c.Runc))
 	w("          Root = %s", q(l.RuncRoot))
+	writeRunscRuntime(w, "'io.containerd.grpc.v1.cri'", c)
 	w("    [plugins.'io.containerd.grpc.v1.cri'.cni]")
 	w("      bin_dir = %s", q(c.CNIBinDir))
 	w("      conf_dir = %s", q(c.CNIConfDir))
 	w("      max_conf_num = 1")
 	w("    [plugins.'io.containerd.grpc.v1.cri'.registry]")
 	w("      config_path = %s", q(c.RegistryConfigPath))
+}
+
+// writeRunscRuntime adds the runsc handler under the plugin's containerd.runtimes, with
+// the options containerd's CRI plugin hands to a shim other than runc's: a type URL and
+// the path of the shim's own config file.
+func writeRunscRuntime(w func(string, ...any), plugin string, c *criConfig) {
+	if c.RunscConfigPath == "" {
+		return
+	}
+	q := strconv.Quote
+	w("      [plugins.%s.containerd.runtimes.%s]", plugin, RunscHandler)
+	w("        runtime_type = %s", q(RunscRuntimeType))
+	w("        [plugins.%s.containerd.runtimes.%s.options]", plugin, RunscHandler)
+	w("          TypeUrl = %s", q(RunscRuntimeType+".options"))
+	w("          ConfigPath = %s", q(c.RunscConfigPath))
 }
 
 func quoteList(ss []string) string {

@@ -24,7 +24,11 @@
 //
 // Binaries come from Tools: containerd 2.4, its runc shim, runc 1.5, crictl
 // and critest from $SHIMD_TOOLS/bin (hack/tools.sh builds them), or Debian's
-// containerd 1.6 and runc 1.1 when SHIMD_CONTAINERD=1.6.
+// containerd 1.6 and runc 1.1 when SHIMD_CONTAINERD=1.6. With ShimdOptions.Runsc
+// and ContainerdOptions.Runsc, shimd and containerd's CRI plugin also get the runtime
+// handler "runsc": gVisor's runsc and containerd-shim-runsc-v1 from the tools
+// directory (hack/tools.sh runsc), platform systrap, one options file each
+// (WriteRunscConfig); SkipWithoutRunsc skips a test that cannot have them.
 //
 // Every process the harness stops is one it started, addressed by PID.
 package harness

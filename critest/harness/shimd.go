@@ -48,6 +48,9 @@ type ShimdOptions struct {
 	Namespace string
 	// Env is added to shimd's environment (e.g. NOTIFY_SOCKET=...).
 	Env []string
+	// Runsc adds the runtime handler "runsc" (gVisor: RunscRuntimeType with the
+	// options file of WriteRunscConfig, platform systrap). See SkipWithoutRunsc.
+	Runsc bool
 }
 
 // Shimd is a shimd daemon started by the harness.
@@ -91,6 +94,10 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig, opts.CNIBinDirs...)
 	if opts.RuntimeType != "" {
 		cfg = strings.Replace(cfg, strconv.Quote("io.containerd.runc.v2"), strconv.Quote(opts.RuntimeType), 1)
+	}
+	if opts.Runsc {
+		cfg += fmt.Sprintf("\n[runtimes.%s]\ntype = %s\nconfig_path = %s\n", RunscHandler,
+			strconv.Quote(RunscRuntimeType), strconv.Quote(WriteRunscConfig(t, dir)))
 	}
 	if err := os.WriteFile(s.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("harness: %v", err)

@@ -27,6 +27,10 @@ type Toolset struct {
 	Runc       string
 	Crictl     string
 	Critest    string
+	// Runsc and RunscShim (containerd-shim-runsc-v1) are gVisor's, from the tools
+	// directory whichever containerd runs (see HaveRunsc).
+	Runsc     string
+	RunscShim string
 	// Legacy is true when SHIMD_CONTAINERD=1.6 selected Debian's
 	// containerd 1.6 and runc 1.1.
 	Legacy bool
@@ -51,6 +55,8 @@ func Tools() Toolset {
 		Runc:       filepath.Join(bin, "runc"),
 		Crictl:     filepath.Join(bin, "crictl"),
 		Critest:    filepath.Join(bin, "critest"),
+		Runsc:      filepath.Join(bin, "runsc"),
+		RunscShim:  filepath.Join(bin, "containerd-shim-runsc-v1"),
 	}
 	if v := os.Getenv("SHIMD_CONTAINERD"); v == "1.6" || v == "1" {
 		ts.Legacy = true

@@ -30,15 +30,20 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/sandbox"
 )
 
-// CRI annotations on every container spec, as containerd's CRI plugin sets them.
+// CRI annotations on every container spec, as containerd's CRI plugin sets them for
+// every runtime handler (the pod's are in package sandbox, which sets them on the pause
+// container). runsc puts a container whose sandbox-id names a pod into that pod's
+// gVisor sandbox.
 const (
-	AnnotationContainerType    = "io.kubernetes.cri.container-type"
-	AnnotationSandboxID        = "io.kubernetes.cri.sandbox-id"
-	AnnotationSandboxName      = "io.kubernetes.cri.sandbox-name"
-	AnnotationSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
-	AnnotationSandboxUID       = "io.kubernetes.cri.sandbox-uid"
+	AnnotationContainerType    = sandbox.AnnotationContainerType
+	AnnotationSandboxID        = sandbox.AnnotationSandboxID
+	AnnotationSandboxName      = sandbox.AnnotationSandboxName
+	AnnotationSandboxNamespace = sandbox.AnnotationSandboxNamespace
+	AnnotationSandboxUID       = sandbox.AnnotationSandboxUID
 	AnnotationContainerName    = "io.kubernetes.cri.container-name"
 	AnnotationImageName        = "io.kubernetes.cri.image-name"
 

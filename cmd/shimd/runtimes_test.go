@@ -1,0 +1,67 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shimd/shimd/network"
+)
+
+func TestHandlerRuntime(t *testing.T) {
+	dir := t.TempDir()
+	runscToml := filepath.Join(dir, "runsc.toml")
+	require.NoError(t, os.WriteFile(runscToml, []byte("binary_name = \"/opt/bin/runsc\"\nroot = \"/run/gvisor\"\n"+
+		"[runsc_config]\nplatform = \"systrap\"\ndebug = \"true\"\n"), 0o600))
+	cfg := DefaultConfig()
+	cfg.StateDir = "/run/shimd"
+	cfg.Containerd.Namespace = "shimd"
+
+	t.Run("runc gets runc's options", func(t *testing.T) {
+		rt, err := handlerRuntime(cfg, "runc", RuntimeConfig{Type: RuncType, BinaryName: "/usr/sbin/runc", SystemdCgroup: true})
+		require.NoError(t, err)
+		require.Equal(t, &runcoptions.Options{BinaryName: "/usr/sbin/runc", SystemdCgroup: true}, rt.Options)
+		require.Nil(t, rt.GVisor)
+		require.Equal(t, "overlayfs", rt.Snapshotter)
+	})
+	t.Run("runsc gets the CRI plugin's runtime options, and shimd reads its file", func(t *testing.T) {
+		rc := RuntimeConfig{Type: RunscType, ConfigPath: runscToml, Snapshotter: "native"}
+		rt, err := handlerRuntime(cfg, "runsc", rc)
+		require.NoError(t, err)
+		require.Equal(t, &runtimeoptions.Options{TypeUrl: "io.containerd.runsc.v1.options", ConfigPath: runscToml}, rt.Options)
+		require.Equal(t, "native", rt.Snapshotter)
+		require.Equal(t, &network.Runsc{Binary: "/opt/bin/runsc", Root: "/run/gvisor/shimd",
+			Flags: []string{"--debug=true", "--platform=systrap"}, SocketDir: "/run/shimd/runsc"}, rt.GVisor)
+		require.Equal(t, "/opt/bin/runsc", featuresBinary(rc, rt))
+	})
+	t.Run("shims named by path", func(t *testing.T) {
+		rt, err := handlerRuntime(cfg, "runc", RuntimeConfig{Type: "/opt/bin/containerd-shim-runc-v2", BinaryName: "/opt/bin/runc"})
+		require.NoError(t, err)
+		require.Equal(t, &runcoptions.Options{BinaryName: "/opt/bin/runc"}, rt.Options)
+		rt, err = handlerRuntime(cfg, "runsc", RuntimeConfig{Type: "/opt/bin/containerd-shim-runsc-v1", ConfigPath: runscToml})
+		require.NoError(t, err)
+		require.Equal(t, "/opt/bin/runsc", rt.GVisor.Binary)
+	})
+	t.Run("runsc without a file: the shim's defaults", func(t *testing.T) {
+		rt, err := handlerRuntime(cfg, "runsc", RuntimeConfig{Type: RunscType})
+		require.NoError(t, err)
+		require.Equal(t, "runsc", rt.GVisor.Binary)
+		require.Equal(t, "/run/containerd/runsc/shimd", rt.GVisor.Root)
+	})
+	t.Run("a missing runsc file names the key", func(t *testing.T) {
+		_, err := handlerRuntime(cfg, "gvisor", RuntimeConfig{Type: RunscType, ConfigPath: filepath.Join(dir, "missing.toml")})
+		require.ErrorContains(t, err, "config key runtimes.gvisor.config_path")
+	})
+	t.Run("another shim: options only, no features binary", func(t *testing.T) {
+		rc := RuntimeConfig{Type: "io.containerd.kata.v2", ConfigPath: "/etc/kata/configuration.toml"}
+		rt, err := handlerRuntime(cfg, "kata", rc)
+		require.NoError(t, err)
+		require.Equal(t, &runtimeoptions.Options{TypeUrl: "io.containerd.kata.v2.options", ConfigPath: "/etc/kata/configuration.toml"}, rt.Options)
+		require.Nil(t, rt.GVisor)
+		require.Equal(t, "", featuresBinary(rc, rt))
+	})
+}
