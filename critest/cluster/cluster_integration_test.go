@@ -35,8 +35,9 @@ const (
 
 // e2e is what the steps of TestCluster share.
 type e2e struct {
-	env *harness.Env
-	c   *Cluster
+	env   *harness.Env
+	c     *Cluster
+	runsc bool // the runsc handler is configured (hack/tools.sh runsc)
 }
 
 // TestCluster runs a one-node cluster on shimd and drives it with kubectl the way a
@@ -51,12 +52,13 @@ func TestCluster(t *testing.T) {
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	hosts := filepath.Join(harness.NewBaseDir(t), "hosts")
 	reg.WriteHermeticHostsDir(t, hosts)
+	haveRunsc, _ := harness.Tools().HaveRunsc()
 	env := harness.New(t, harness.Options{
-		Shimd: harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n\n[runtimes.%s]\ntype = \"io.containerd.runc.v2\"\nbinary_name = %q\nroot = %q\n",
+		Shimd: harness.ShimdOptions{Runsc: haveRunsc, ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n\n[runtimes.%s]\ntype = \"io.containerd.runc.v2\"\nbinary_name = %q\nroot = %q\n",
 			hosts, altHandler, harness.Tools().Runc, filepath.Join(harness.NewBaseDir(t), "runc-alt"))},
 		LeakTimeout: time.Minute,
 	})
-	s := &e2e{env: env}
+	s := &e2e{env: env, runsc: haveRunsc}
 	start := time.Now()
 	// The node's address is the test network's gateway: on the host, in 198.18.0.0/15.
 	s.c = Start(t, Options{RuntimeEndpoint: env.Shimd.Endpoint(), NodeIP: env.CNI.Gateway.String()})
@@ -77,6 +79,7 @@ func TestCluster(t *testing.T) {
 	t.Run("4_logs_exec_attach_cp", s.stepStreams)
 	t.Run("5_port_forward", s.stepPortForward)
 	t.Run("6_probe_init_hostnetwork_runtimeclass", s.stepPodFeatures)
+	t.Run("6b_runtimeclass_gvisor", s.stepGVisor)
 	t.Run("7_delete_with_grace_period", s.stepGracefulDelete)
 	t.Run("8_kill9_shimd_during_rollout", s.stepKill9DuringRollout)
 	t.Run("9_namespace_deleted_nothing_left", s.stepTeardown)
@@ -478,6 +481,42 @@ spec:
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].RuntimeHandler != altHandler {
 		t.Errorf("crictl pods for alt: %v\n%s", err, out)
 	}
+}
+
+// Step 6b: a RuntimeClass pod on gVisor (handler runsc) next to a runc pod on the one
+// node: from inside, the gVisor pod sees gVisor's kernel, the runc pod the host's.
+func (s *e2e) stepGVisor(t *testing.T) {
+	if !s.runsc {
+		_, why := harness.Tools().HaveRunsc()
+		t.Skip(why)
+	}
+	s.c.Apply(t, fmt.Sprintf(`apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: gvisor}
+handler: %[3]s
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sentry, namespace: %[1]s}
+spec:
+  runtimeClassName: gvisor
+  containers:
+  - {name: main, image: %[2]s, command: ["sh", "-c", "uname -a; dmesg | head -1; sleep 3600"]}
+`, ns, busybox, harness.RunscHandler))
+	s.waitPhase(t, "sentry", "Running")
+	s.c.WaitFor(t, time.Minute, "the gVisor pod's kernel", func() error {
+		out, err := s.c.Kubectl(t, "-n", ns, "logs", "sentry")
+		if err != nil || !strings.Contains(out, "gvisor") || !strings.Contains(out, "Starting gVisor") {
+			return fmt.Errorf("%q %v", out, err)
+		}
+		return nil
+	})
+	host := s.kubectl(t, "-n", ns, "exec", "hello", "--", "uname", "-r")
+	if strings.Contains(host, "gvisor") {
+		t.Errorf("the runc pod sees %q", host)
+	}
+	s.kubectl(t, "-n", ns, "delete", "pod", "sentry", "--grace-period", "1", "--wait=true", "--timeout=2m")
+	s.kubectl(t, "delete", "runtimeclass", "gvisor")
 }
 
 // Step 7: kubectl delete with a grace period the container honours: it gets SIGTERM,
