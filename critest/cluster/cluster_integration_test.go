@@ -474,7 +474,9 @@ spec:
 	}
 	// The alt pod's sandbox runs on the alt handler: shimd reports it.
 	out, err := s.env.Shimd.Crictl(t, "pods", "--name", "alt", "--namespace", ns, "-o", "json")
-	var pods struct{ Items []struct{ RuntimeHandler string } }
+	var pods struct {
+		Items []struct{ RuntimeHandler string }
+	}
 	if err == nil {
 		err = json.Unmarshal([]byte(out), &pods)
 	}

@@ -349,7 +349,9 @@ func (k *Kubelet) Get(path string) ([]byte, error) {
 }
 
 // URL is the authenticated API's base URL, https://NODEIP:PORT.
-func (k *Kubelet) URL() string { return "https://" + net.JoinHostPort(k.opts.NodeIP, strconv.Itoa(k.Port)) }
+func (k *Kubelet) URL() string {
+	return "https://" + net.JoinHostPort(k.opts.NodeIP, strconv.Itoa(k.Port))
+}
 
 // LogTail returns the last n lines of the kubelet log; with prefix, only
 // lines that start with it (klog severity: "E", "W").
