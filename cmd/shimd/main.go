@@ -24,6 +24,7 @@ import (
 
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
+	"github.com/shimd/shimd/nri"
 	"github.com/shimd/shimd/runtime"
 	"github.com/shimd/shimd/sandbox"
 	"github.com/shimd/shimd/sandbox/pause"
@@ -150,6 +151,9 @@ func run(cfg Config) error {
 	var ready atomic.Bool
 	srv := newGRPCServer(&ready, m, w.runtime, w.images)
 
+	if w.nri != nil {
+		defer w.nri.Stop()
+	}
 	// Background work owned here: cancelled and waited for before run returns.
 	bgCtx, cancelBg := context.WithCancel(ctx)
 	var bg sync.WaitGroup
@@ -161,6 +165,7 @@ func run(cfg Config) error {
 	})
 	bg.Go(func() {
 		recoverUntilDone(bgCtx, func(d time.Duration) {
+			startNRI(ctx, w.nri) // plugins synchronize with the recovered pods
 			ready.Store(true)
 			m.recovery.Set(d.Seconds())
 			notifySystemd(ctx, sdReady)
@@ -175,6 +180,7 @@ type wiring struct {
 	sandboxes *sandbox.Manager
 	runtime   *runtime.Service
 	images    *image.Service
+	nri       *nri.NRI // nil: NRI is off
 }
 
 // wire builds the services from the config.
@@ -217,13 +223,27 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	if err != nil {
 		return wiring{}, err
 	}
-	rs := runtime.New(runtime.Options{
+	cdiRegistry, err := newCDI(cfg.CDI)
+	if err != nil {
+		return wiring{}, err
+	}
+	var rs *runtime.Service
+	plugins, err := newNRI(cfg.NRI, cdiRegistry, func() *runtime.Service { return rs })
+	if err != nil {
+		return wiring{}, err
+	}
+	rs = runtime.New(runtime.Options{
 		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: cfgJSON,
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM,
-		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg),
+		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg), CDI: cdiRegistry,
 	})
-	return wiring{sandboxes: sandboxes, runtime: rs, images: images}, nil
+	w := wiring{sandboxes: sandboxes, runtime: rs, images: images}
+	if plugins != nil {
+		rs.SetNRI(plugins)
+		w.nri = plugins
+	}
+	return w, nil
 }
 
 // nodeInfo reads what containers' specs depend on about this node.
