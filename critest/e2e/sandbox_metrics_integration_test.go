@@ -130,6 +130,15 @@ func TestCRIPodSandboxMetrics(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{p.id: 2, other.id: 0}, streamed)
 
+	// crictl reads both RPCs.
+	descOut, err := env.Shimd.Crictl(t, "metricdescs")
+	require.NoError(t, err)
+	require.Contains(t, descOut, "container_memory_working_set_bytes")
+	podOut, err := env.Shimd.Crictl(t, "metricsp")
+	require.NoError(t, err)
+	require.Contains(t, podOut, p.id)
+	require.Contains(t, podOut, "container_cpu_usage_seconds_total")
+
 	// A stopped container and a stopped pod report nothing.
 	_, err = rs.StopContainer(ctxT(t, time.Minute), &runtimeapi.StopContainerRequest{ContainerId: busyID, Timeout: 1})
 	require.NoError(t, err)
