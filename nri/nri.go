@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/log"
@@ -52,8 +53,9 @@ type Options struct {
 // NRI relays events to plugins. Its methods are safe for concurrent use (the NRI
 // library serializes them).
 type NRI struct {
-	opts Options
-	r    *nri.Adaptation
+	opts    Options
+	r       *nri.Adaptation
+	plugins atomic.Int64 // connected plugins, as the library counts them
 }
 
 // New makes the NRI adaptation; nothing runs before Start.
@@ -74,6 +76,7 @@ func New(opts Options) (*NRI, error) {
 		}
 		ropts = append(ropts, nri.WithSocketPath(opts.SocketPath))
 	}
+	ropts = append(ropts, nri.WithMetrics(pluginCount{n}))
 	r, err := nri.New(opts.Name, opts.Version, n.sync, n.update, ropts...)
 	if err != nil {
 		return nil, fmt.Errorf("nri: %w", err)
@@ -92,6 +95,18 @@ func (n *NRI) Start() error {
 	}
 	return nil
 }
+
+// Active tells whether a plugin is connected: the runtime converts nothing for
+// plugins while none is.
+func (n *NRI) Active() bool { return n.plugins.Load() > 0 }
+
+// pluginCount keeps NRI.plugins from the library's metrics hook.
+type pluginCount struct{ n *NRI }
+
+func (pluginCount) RecordPluginInvocation(string, string, error)                               {}
+func (pluginCount) RecordPluginLatency(string, string, time.Duration)                          {}
+func (pluginCount) RecordPluginAdjustments(string, string, *nri.ContainerAdjustment, int, int) {}
+func (p pluginCount) UpdatePluginCount(count int)                                              { p.n.plugins.Store(int64(count)) }
 
 // Stop closes every plugin connection and the socket.
 func (n *NRI) Stop() { n.r.Stop() }

@@ -32,7 +32,7 @@ func (s *Service) UpdateContainerResources(ctx context.Context, req *runtimeapi.
 	if err := validateResources("linux", res, s.opts.Node); err != nil {
 		return nil, err
 	}
-	if s.opts.NRI != nil {
+	if s.nriOn() {
 		// NRI plugins may change what is applied.
 		sb, err := s.opts.Sandboxes.Get(c.SandboxID)
 		if err != nil {

@@ -46,6 +46,16 @@ type NRIPlugins interface {
 	UpdateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (*api.LinuxResources, error)
 }
 
+// nriOn tells whether NRI is on and, if the NRIPlugins can tell (Active), a plugin
+// is connected: with none, nothing is converted or read for them.
+func (s *Service) nriOn() bool {
+	if s.opts.NRI == nil {
+		return false
+	}
+	a, ok := s.opts.NRI.(interface{ Active() bool })
+	return !ok || a.Active()
+}
+
 // nriPod converts a pod for NRI.
 func (s *Service) nriPod(sb *sandbox.Sandbox) *api.PodSandbox {
 	meta := sb.Config.GetMetadata()
@@ -127,7 +137,7 @@ func (s *Service) nriSpec(ctx context.Context, id string) *specs.Spec {
 
 // nriPodEvent tells plugins of a pod event; its error is returned.
 func (s *Service) nriPodEvent(ctx context.Context, ev api.Event, sb *sandbox.Sandbox) error {
-	if s.opts.NRI == nil {
+	if !s.nriOn() {
 		return nil
 	}
 	if err := s.opts.NRI.PodEvent(ctx, ev, s.nriPod(sb)); err != nil {
@@ -138,7 +148,7 @@ func (s *Service) nriPodEvent(ctx context.Context, ev api.Event, sb *sandbox.San
 
 // nriContainerEvent tells plugins of an event after the fact; an error is logged.
 func (s *Service) nriContainerEvent(ctx context.Context, ev api.Event, c *Container) {
-	if s.opts.NRI == nil {
+	if !s.nriOn() {
 		return
 	}
 	sb, err := s.opts.Sandboxes.Get(c.SandboxID)
@@ -152,7 +162,7 @@ func (s *Service) nriContainerEvent(ctx context.Context, ev api.Event, c *Contai
 
 // nriAdjust lets plugins adjust a new container's spec.
 func (s *Service) nriAdjust(ctx context.Context, c *Container, sb *sandbox.Sandbox, sp *specs.Spec) error {
-	if s.opts.NRI == nil {
+	if !s.nriOn() {
 		return nil
 	}
 	if err := s.opts.NRI.CreateContainer(ctx, s.nriPod(sb), nriContainer(c, sp), sp); err != nil {
@@ -161,8 +171,8 @@ func (s *Service) nriAdjust(ctx context.Context, c *Container, sb *sandbox.Sandb
 	return nil
 }
 
-// nriState lists the pods and containers for a plugin that synchronizes.
-func (s *Service) nriState(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
+// NRIState lists the pods and containers that exist, for NRI plugin synchronization.
+func (s *Service) NRIState(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
 	var pods []*api.PodSandbox
 	for _, sb := range s.opts.Sandboxes.List() {
 		pods = append(pods, s.nriPod(sb))
@@ -172,11 +182,6 @@ func (s *Service) nriState(ctx context.Context) ([]*api.PodSandbox, []*api.Conta
 		ctrs = append(ctrs, nriContainer(c, s.nriSpec(ctx, c.ID)))
 	}
 	return pods, ctrs, nil
-}
-
-// NRIState lists the pods and containers that exist, for NRI plugin synchronization.
-func (s *Service) NRIState(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
-	return s.nriState(ctx)
 }
 
 // NRIUpdate applies resource updates NRI plugins ask for and returns those that
@@ -246,7 +251,7 @@ func fromNRIResources(r *api.LinuxResources, base *runtimeapi.LinuxContainerReso
 
 // nriRunPod tells plugins of a new pod; if one refuses it, the pod is undone.
 func (s *Service) nriRunPod(ctx context.Context, id string) error {
-	if s.opts.NRI == nil {
+	if !s.nriOn() {
 		return nil
 	}
 	sb, err := s.opts.Sandboxes.Get(id)
@@ -269,7 +274,7 @@ func (s *Service) nriRunPod(ctx context.Context, id string) error {
 
 // nriStart tells plugins a container is about to start; an error refuses it.
 func (s *Service) nriStart(ctx context.Context, c *Container) error {
-	if s.opts.NRI == nil {
+	if !s.nriOn() {
 		return nil
 	}
 	sb, err := s.opts.Sandboxes.Get(c.SandboxID)

@@ -20,7 +20,7 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, req *runtimeapi
 			return nil, err
 		}
 	}
-	if s.opts.NRI != nil {
+	if s.nriOn() {
 		sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
 		if err != nil {
 			return nil, err
