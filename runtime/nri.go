@@ -258,12 +258,13 @@ func (s *Service) nriRunPod(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	perr := s.nriPodEvent(ctx, api.Event_RUN_POD_SANDBOX, sb)
+	// Detached: a kubelet that gives up must not make plugins refuse the pod.
+	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	defer cancel()
+	perr := s.nriPodEvent(cctx, api.Event_RUN_POD_SANDBOX, sb)
 	if perr == nil {
 		return nil
 	}
-	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
-	defer cancel()
 	if err := s.opts.Sandboxes.Stop(cctx, id); err != nil {
 		log.G(ctx).WithError(err).WithField("sandbox", id).Warn("undo pod refused by NRI: stop")
 	} else if err := s.opts.Sandboxes.Remove(cctx, id); err != nil {
