@@ -107,7 +107,7 @@ func eventsOf(entries []nriLogEntry, pod string) []string {
 
 // NRI plugins connected to shimd's socket (the test plugin, written with the NRI
 // library's stub): they see every pod and container event in order; the injector's
-// adjustment (env, mount, device, annotation) reaches the container; its change of
+// adjustment (env, mount, device, a CDI device, annotation) reaches the container; its change of
 // an UpdateContainerResources is applied, and so is its unsolicited update;
 // UpdatePodSandboxResources reaches plugins.
 func TestNRIPluginsSeeEventsAndAdjustContainers(t *testing.T) {
@@ -120,16 +120,18 @@ func TestNRIPluginsSeeEventsAndAdjustContainers(t *testing.T) {
 	null := filepath.Join(t.TempDir(), "null")
 	require.NoError(t, unix.Mknod(null, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
 	_, logPath := startNRIPlugin(t, env, "logger", "10", map[string]any{})
-	startNRIPlugin(t, env, "inject", "20", map[string]any{"inject": true, "mount_source": data, "device_host": null})
+	writeCDISpec(t, env.Shimd.CDISpecDir(), "nri.yaml",
+		"cdiVersion: \"0.6.0\"\nkind: test.shimd.io/nri\ndevices:\n- name: dev\n  containerEdits:\n    env: [\"NRI_CDI=1\"]\n")
+	startNRIPlugin(t, env, "inject", "20", map[string]any{"inject": true, "mount_source": data, "device_host": null, "cdi_device": "test.shimd.io/nri=dev"})
 
 	p := newPod(t, rs, "nri")
 	cfg := p.container("adjusted", "sleep", "3600")
 	cfg.Annotations = map[string]string{"nri.test/inject": "yes", "nri.test/bump": "yes", "nri.test/update": "yes"}
 	id := p.run(cfg)
 	out, err := execSync(t, rs, id, 30, "sh", "-c",
-		"echo env=$NRI_INJECTED; cat /nri-data/hello; test -c /dev/nri-null && echo x > /dev/nri-null && echo device-ok")
+		"echo env=$NRI_INJECTED cdi=$NRI_CDI; cat /nri-data/hello; test -c /dev/nri-null && echo x > /dev/nri-null && echo device-ok")
 	require.NoError(t, err)
-	require.Equal(t, "env=inject\nfrom nri\ndevice-ok\n", string(out.Stdout), "stderr: %s", out.Stderr)
+	require.Equal(t, "env=inject cdi=1\nfrom nri\ndevice-ok\n", string(out.Stdout), "stderr: %s", out.Stderr)
 
 	// The unsolicited update the injector asks for once the container runs.
 	require.Eventually(t, func() bool {

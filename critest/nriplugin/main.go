@@ -6,7 +6,7 @@
 //
 //	log     append one JSON line per event (and per synchronization) to this file
 //	inject  adjust containers annotated nri.test/inject: env, a mount, a device,
-//	        an annotation; raise the memory limit of an UpdateContainerResources of
+//	        a CDI device, an annotation; raise the memory limit of an UpdateContainerResources of
 //	        a container annotated nri.test/bump by 1 MiB; ask for an unsolicited
 //	        memory limit update after a container annotated nri.test/update starts
 //	hang    never answer RunPodSandbox and CreateContainer
@@ -35,6 +35,7 @@ type config struct {
 	Crash       bool   `json:"crash"`
 	MountSource string `json:"mount_source"`
 	DeviceHost  string `json:"device_host"`
+	CDIDevice   string `json:"cdi_device"`
 }
 
 type plugin struct {
@@ -132,6 +133,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, c *api.
 	adj := &api.ContainerAdjustment{}
 	adj.AddEnv("NRI_INJECTED", p.cfg.Name)
 	adj.AddAnnotation("nri.test/injected-by", p.cfg.Name)
+	if p.cfg.CDIDevice != "" {
+		adj.AddCDIDevice(&api.CDIDevice{Name: p.cfg.CDIDevice})
+	}
 	if p.cfg.MountSource != "" {
 		adj.AddMount(&api.Mount{Source: p.cfg.MountSource, Destination: "/nri-data", Type: "bind", Options: []string{"bind", "ro"}})
 	}
