@@ -291,3 +291,10 @@ func (s *Service) nriStart(ctx context.Context, c *Container) error {
 // SetNRI hands the runtime its NRI plugins (made before it, since they call back
 // into it); call it before serving.
 func (s *Service) SetNRI(n NRIPlugins) { s.opts.NRI = n }
+
+// nriStopOnce tells whether plugins are yet to hear that pod id stopped (once per
+// pod and shimd run: StopPodSandbox is repeated by the kubelet).
+func (s *Service) nriStopOnce(id string) bool {
+	_, told := s.nriStopped.LoadOrStore(id, true)
+	return !told
+}

@@ -32,6 +32,7 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	}
 	if sb != nil {
 		s.emitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, toSandboxStatus(sb))
+		s.nriStopped.Delete(sb.ID)
 		if err := s.nriPodEvent(ctx, api.Event_REMOVE_POD_SANDBOX, sb); err != nil {
 			log.G(ctx).WithError(err).Warn("NRI")
 		}

@@ -6,8 +6,6 @@ import (
 	"github.com/containerd/log"
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/shimd/shimd/sandbox"
 )
 
 // StopPodSandbox kills the pod's containers and stops the pod; an unknown id succeeds.
@@ -16,7 +14,6 @@ func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 		return nil, err
 	}
 	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
-	wasReady := err == nil && sb.State() == sandbox.StateReady
 	if err == nil {
 		if err := s.stopPodContainers(ctx, sb.ID); err != nil {
 			return nil, err
@@ -28,7 +25,7 @@ func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	if sb != nil {
 		s.emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	}
-	if wasReady {
+	if sb != nil && s.nriOn() && s.nriStopOnce(sb.ID) {
 		if err := s.nriPodEvent(ctx, api.Event_STOP_POD_SANDBOX, sb); err != nil {
 			log.G(ctx).WithError(err).Warn("NRI")
 		}

@@ -91,6 +91,7 @@ type Service struct {
 	streaming  StreamingServer // set once by SetStreaming before serving
 	events     eventHub        // GetContainerEvents subscribers
 	volumeMu   sync.Mutex      // held while an image volume is mounted
+	nriStopped sync.Map        // pod ids whose stop NRI plugins were told of
 }
 
 // New makes the RuntimeService; call Recover before serving.

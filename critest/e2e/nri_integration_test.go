@@ -152,7 +152,9 @@ func TestNRIPluginsSeeEventsAndAdjustContainers(t *testing.T) {
 	require.NoError(t, err)
 	_, err = rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: id})
 	require.NoError(t, err)
-	stopRemove(t, rs, p.id)
+	_, err = rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.id})
+	require.NoError(t, err)
+	stopRemove(t, rs, p.id) // a second stop, which plugins do not hear of again
 
 	waitNRILog(t, logPath, "RemovePodSandbox", func(e nriLogEntry) bool { return e.Event == "RemovePodSandbox" && e.Pod == p.id })
 	entries := readNRILog(t, logPath)
