@@ -71,6 +71,13 @@ crash-soak: tools
 e2e-kubelet: tools
 	bash hack/tools.sh kubelet && $(GO) test -tags integration -count=1 -timeout 30m -run TestKubelet -v ./critest/kubelet/
 
+# A one-node cluster (etcd, kube-apiserver, controller manager, scheduler, kubelet
+# v1.34.12, kubectl) on shimd, driven with kubectl (critest/cluster). The first run
+# builds the control plane (about 10 minutes, cached in /var/cache/shimd/tools/bin).
+.PHONY: e2e-cluster
+e2e-cluster: tools
+	bash hack/tools.sh cluster && $(GO) test -tags integration -count=1 -timeout 40m -run TestCluster -v ./critest/cluster/
+
 tools:
 	bash hack/tools.sh all
 

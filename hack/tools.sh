@@ -5,6 +5,8 @@
 #   hack/tools.sh runc       runc 1.5.2 from the Go module proxy (seccomp build)
 #   hack/tools.sh critools   crictl and critest v1.36.0, and the ginkgo CLI
 #   hack/tools.sh kubelet    kubelet v1.34.12 (about 6 minutes, 1.5 GB of memory)
+#   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#                            v1.34.12 and etcd, for the one-node cluster (make e2e-cluster)
 #   hack/tools.sh all        all of the above
 # Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
 set -euo pipefail
@@ -16,6 +18,7 @@ RUNC_VERSION=${RUNC_VERSION:-v1.5.2}
 CRITOOLS_VERSION=${CRITOOLS_VERSION:-v1.36.0}
 GINKGO_VERSION=${GINKGO_VERSION:-v2.28.1}
 KUBELET_VERSION=${KUBELET_VERSION:-v1.34.12}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.4}
 mkdir -p "$BIN"
 # One run at a time: a second caller waits, then finds the binaries cached.
 if [ -z "${SHIMD_TOOLS_LOCKED:-}" ]; then
@@ -75,37 +78,75 @@ critools() {
 	rm -rf "$d"
 }
 
+# k8s_module prepares, in the current directory, a throwaway module that requires
+# k8s.io/kubernetes $KUBELET_VERSION: it requires its staging modules at v0.0.0, so each
+# is replaced with the published version of the same release (read from its go.mod).
+k8s_module() {
+	export GONOSUMDB=k8s.io/kubernetes GOFLAGS=-mod=mod CGO_ENABLED=0
+	go mod init x >/dev/null 2>&1
+	go mod download -json "k8s.io/kubernetes@$KUBELET_VERSION" >mod.json
+	local gomod staging m
+	gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' mod.json)
+	staging=$(grep -oE 'k8s.io/[a-z0-9-]+ => ./staging/src/k8s.io/[a-z0-9-]+' "$gomod" | awk '{print $1}' |
+		grep -vE 'sample-cli-plugin|sample-controller')
+	go mod edit -require="k8s.io/kubernetes@$KUBELET_VERSION"
+	for m in $staging; do
+		go mod edit -replace="$m=$m@v0${KUBELET_VERSION#v1}"
+	done
+	printf 'package main\n\nimport (\n' >main.go
+	for m in "$@"; do printf '\t_ "%s"\n' "$m" >>main.go; done
+	printf ')\n\nfunc main() {}\n' >>main.go
+	go mod tidy >/dev/null 2>&1 || true
+}
+
+k8s_build() { # output-dir package...
+	local out=$1
+	shift
+	go build -tags selinux,notest,grpcnotrace -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
+		-o "$out" "$@"
+}
+
 kubelet_bin() {
 	if [ -x "$BIN/kubelet" ] && "$BIN/kubelet" --version | grep -q "$KUBELET_VERSION"; then return 0; fi
 	log "building kubelet $KUBELET_VERSION"
-	local d staging
+	local d
 	d=$(mktemp -d)
-	(
-		cd "$d"
-		export GONOSUMDB=k8s.io/kubernetes GOFLAGS=-mod=mod CGO_ENABLED=0
-		go mod init x >/dev/null 2>&1
-		# k8s.io/kubernetes requires its staging modules at v0.0.0: replace each with the
-		# published version of the same release (read from its go.mod).
-		go mod download -json "k8s.io/kubernetes@$KUBELET_VERSION" >mod.json
-		gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' mod.json)
-		staging=$(grep -oE 'k8s.io/[a-z0-9-]+ => ./staging/src/k8s.io/[a-z0-9-]+' "$gomod" | awk '{print $1}' |
-			grep -vE 'sample-cli-plugin|sample-controller')
-		go mod edit -require="k8s.io/kubernetes@$KUBELET_VERSION"
-		for m in $staging; do
-			go mod edit -replace="$m=$m@v0${KUBELET_VERSION#v1}"
-		done
-		cat >main.go <<'GO'
-package main
-
-import _ "k8s.io/kubernetes/cmd/kubelet/app"
-
-func main() {}
-GO
-		go mod tidy >/dev/null 2>&1 || true
-		go build -tags selinux,notest,grpcnotrace -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
-			-o "$BIN/kubelet" k8s.io/kubernetes/cmd/kubelet
-	)
+	(cd "$d" && k8s_module k8s.io/kubernetes/cmd/kubelet/app && k8s_build "$BIN/kubelet" k8s.io/kubernetes/cmd/kubelet)
 	rm -rf "$d"
+}
+
+# The control plane of a one-node cluster (critest/cluster): kube-apiserver,
+# kube-controller-manager, kube-scheduler and kubectl of the kubelet's release, built
+# in one go build (shared compile), and etcd of the version that release's go.mod uses.
+CLUSTER_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+cluster_bins() {
+	local b missing=0
+	for b in "${CLUSTER_BINS[@]}"; do
+		[ -x "$BIN/$b" ] && "$BIN/$b" --version 2>/dev/null | grep -q "$KUBELET_VERSION" || missing=1
+	done
+	if [ $missing = 1 ]; then
+		log "building ${CLUSTER_BINS[*]} $KUBELET_VERSION (about 10 minutes)"
+		local d out pkgs=()
+		d=$(mktemp -d)
+		out=$(mktemp -d)
+		for b in "${CLUSTER_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+		(cd "$d" && k8s_module "${pkgs[@]}" && k8s_build "$out/" "${pkgs[@]}")
+		for b in "${CLUSTER_BINS[@]}"; do mv "$out/$b" "$BIN/$b"; done
+		rm -rf "$d" "$out"
+	fi
+	if ! [ -x "$BIN/etcd" ] || ! "$BIN/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}"; then
+		log "building etcd $ETCD_VERSION"
+		local e
+		e=$(mktemp -d)
+		(
+			cd "$e"
+			export GOFLAGS=-mod=mod CGO_ENABLED=0
+			go mod init x >/dev/null 2>&1
+			go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
+			go build -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+		)
+		rm -rf "$e"
+	fi
 }
 
 case "${1:-all}" in
@@ -114,6 +155,7 @@ containerd) containerd_bins ;;
 runc) runc_bin ;;
 critools) critools ;;
 kubelet) kubelet_bin ;;
+cluster) cluster_bins ;;
 all) debs; containerd_bins; runc_bin; critools; kubelet_bin ;;
-*) echo "usage: $0 debs|containerd|runc|critools|kubelet|all" >&2; exit 2 ;;
+*) echo "usage: $0 debs|containerd|runc|critools|kubelet|cluster|all" >&2; exit 2 ;;
 esac

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/log"
 )
@@ -27,9 +26,14 @@ const LeaseLabel = "io.shimd.lease"
 // leaseExpiry bounds a lease whose owner died while no shimd runs to recover it.
 const leaseExpiry = 24 * time.Hour
 
+// Leaser makes leases; *client.Client is one.
+type Leaser interface {
+	WithLease(ctx context.Context, opts ...leases.Opt) (context.Context, func(context.Context) error, error)
+}
+
 // WithLease puts a new lease labelled LeaseLabel=kind on ctx (unless ctx has one);
 // done deletes it.
-func WithLease(ctx context.Context, cl *client.Client, kind string) (context.Context, func(context.Context) error, error) {
+func WithLease(ctx context.Context, cl Leaser, kind string) (context.Context, func(context.Context) error, error) {
 	return cl.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(leaseExpiry),
 		leases.WithLabels(map[string]string{LeaseLabel: kind}))
 }

@@ -79,7 +79,7 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		exited: make(chan struct{}),
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID).WithField("sandbox", sb.ID))
-	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
 	if err := s.createContainer(cctx, c, sb, img, rt); err != nil {
 		// Plugins that saw it created hear it is gone.
@@ -96,12 +96,12 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, rt sandbox.Runtime) (retErr error) {
 	// A lease keeps the writable layer from containerd's garbage collector until the
 	// container record references it.
-	ctx, done, err := image.WithLease(ctx, s.opts.Client, "container")
+	ctx, done, err := image.WithLease(ctx, s.ctrd, "container")
 	if err != nil {
 		return fmt.Errorf("lease: %w", err)
 	}
 	defer done(context.WithoutCancel(ctx))
-	sn := s.opts.Client.SnapshotService(rt.Snapshotter)
+	sn := s.ctrd.SnapshotService(rt.Snapshotter)
 	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
 	if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
 		return err
@@ -112,7 +112,7 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	}
 	defer func() {
 		if retErr != nil {
-			cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+			cctx, cancel := s.detachedContext(ctx)
 			defer cancel()
 			if err := sn.Remove(cctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
 				log.G(ctx).WithError(err).Warn("undo writable layer")
@@ -148,11 +148,11 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 		// containerd loads the task into the pod's running shim (sandbox_store.go).
 		opts = append(opts, client.WithSandbox(sb.ID))
 	}
-	if _, err := s.opts.Client.NewContainer(ctx, c.ID, opts...); err != nil {
+	if _, err := s.ctrd.NewContainer(ctx, c.ID, opts...); err != nil {
 		return fmt.Errorf("create containerd container: %w", err)
 	}
 	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
-		cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+		cctx, cancel := s.detachedContext(ctx)
 		defer cancel()
 		_ = s.deleteContainerd(cctx, c)
 		return fmt.Errorf("write container status: %w", err)
@@ -162,12 +162,12 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 
 // containerSpec gathers the inputs of the pure spec builder.
 func (s *Service) containerSpec(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, user spec.User) (*specs.Spec, error) {
+	files := s.opts.Sandboxes.Files(sb)
 	in := spec.Input{
 		ID: c.ID, Namespace: s.opts.Namespace, SandboxID: sb.ID, Config: c.Config, SandboxConfig: sb.Config,
 		Image: img.Config.Config, ImageName: c.ImageName, User: user,
 		SandboxPID: sb.PID, NetNSPath: sb.NetNSPath,
-		HostnamePath: s.opts.Sandboxes.HostnamePath(sb.ID), HostsPath: s.opts.Sandboxes.HostsPath(sb.ID),
-		ResolvConfPath: s.opts.Sandboxes.ResolvConfPath(sb.ID), ShmPath: s.opts.Sandboxes.ShmPath(sb),
+		HostnamePath: files.Hostname, HostsPath: files.Hosts, ResolvConfPath: files.ResolvConf, ShmPath: files.Shm,
 		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj,
 		CgroupsPath:             sandbox.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
 		RecursiveReadOnlyMounts: s.opts.Node.Handlers[handlerName(sb.RuntimeHandler, s.opts.DefaultHandler)].RecursiveReadOnlyMounts,
@@ -202,10 +202,10 @@ func (s *Service) containerSpec(ctx context.Context, c *Container, sb *sandbox.S
 
 // ensureUnpacked unpacks the image for the snapshotter if its layers are not there.
 func (s *Service) ensureUnpacked(ctx context.Context, img *image.Image, snapshotter, chainID string) error {
-	if _, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, chainID); err == nil {
+	if _, err := s.ctrd.SnapshotService(snapshotter).Stat(ctx, chainID); err == nil {
 		return nil
 	}
-	ci, err := s.opts.Client.GetImage(ctx, img.Records[0])
+	ci, err := s.ctrd.GetImage(ctx, img.Records[0])
 	if err != nil {
 		return fmt.Errorf("image %s: %w", img.ID, err)
 	}

@@ -18,8 +18,9 @@ import (
 // closed anyway (a child holding them open must not keep the container RUNNING).
 const ioDrainTimeout = 2 * time.Second
 
-// handleExit is told of every task exit in shimd's namespace by the event monitor.
-func (s *Service) handleExit(containerID, execID string, status uint32, at time.Time) {
+// TaskExit is told of every task exit in shimd's namespace by the event monitor
+// (package taskevents), after the sandboxes are.
+func (s *Service) TaskExit(containerID, execID string, status uint32, at time.Time) {
 	if containerID != execID {
 		return // an exec process; its caller waits for it
 	}
@@ -31,11 +32,11 @@ func (s *Service) handleExit(containerID, execID string, status uint32, at time.
 	if err != nil || c.ID != containerID {
 		return
 	}
-	go s.finish(context.Background(), c, status, at)
+	s.finishing.Go(func() { s.finish(context.Background(), c, status, at) })
 }
 
-// handleOOM remembers an OOM kill, reported as the reason when the container exits.
-func (s *Service) handleOOM(containerID string) {
+// TaskOOM remembers an OOM kill, reported as the reason when the container exits.
+func (s *Service) TaskOOM(containerID string) {
 	if c, err := s.containers.get(containerID); err == nil && c.ID == containerID {
 		c.markOOM()
 	}
@@ -94,9 +95,10 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 	s.nriContainerEvent(dctx, api.Event_STOP_CONTAINER, c)
 }
 
-// resyncContainers finishes every RUNNING container whose task is gone or stopped:
-// its exit was not published while shimd was away from containerd's events.
-func (s *Service) resyncContainers(ctx context.Context) {
+// Resync finishes every RUNNING container whose task is gone or stopped: its exit
+// was not published while shimd was away from containerd's events. The event monitor
+// runs it after every (re)subscription.
+func (s *Service) Resync(ctx context.Context) {
 	for _, c := range s.containers.list() {
 		if c.Status().State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			continue

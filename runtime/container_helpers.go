@@ -52,7 +52,7 @@ func (s *Service) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 // deleteContainerd deletes the containerd container and its writable layer; a
 // missing one is fine.
 func (s *Service) deleteContainerd(ctx context.Context, c *Container) error {
-	cc, task, err := record.LoadTask(ctx, s.opts.Client, c.ID)
+	cc, task, err := record.LoadTask(ctx, s.ctrd, c.ID)
 	switch {
 	case cc == nil && errdefs.IsNotFound(err):
 		return nil

@@ -186,7 +186,7 @@ func (s *Service) removeImageVolumes(ctx context.Context, sandboxID, snapshotter
 func (s *Service) sweepImageVolumes(ctx context.Context) {
 	base := filepath.Join(s.opts.StateDir, imageVolumeDirName)
 	entries, _ := os.ReadDir(base)
-	for _, sn := range s.opts.Sandboxes.Snapshotters() {
+	for _, sn := range s.snapshotters() {
 		for _, e := range entries {
 			if _, err := s.opts.Sandboxes.Get(e.Name()); err != nil {
 				if err := s.removeImageVolumes(ctx, e.Name(), sn); err != nil {

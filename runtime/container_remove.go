@@ -31,7 +31,7 @@ func (s *Service) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCon
 }
 
 func (s *Service) removeContainer(ctx context.Context, c *Container) error {
-	ctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	ctx, cancel := s.detachedContext(ctx)
 	defer cancel()
 	if err := s.stopContainer(ctx, c, 0); err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 )
 
 // StartContainer starts a CREATED container: a task whose stdio goes to the CRI log.
-// Its exit is seen by the event monitor (handleExit).
+// Its exit is seen by the event monitor (TaskExit).
 func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
 	c, err := s.containers.get(req.GetContainerId())
 	if err != nil {
@@ -34,7 +34,7 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 		return nil, err
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
-	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
 	err = s.nriStart(cctx, c)
 	if err == nil {
@@ -67,7 +67,7 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 }
 
 func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
-	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
+	cc, err := s.ctrd.LoadContainer(ctx, c.ID)
 	if err != nil {
 		return fmt.Errorf("load container: %w", err)
 	}

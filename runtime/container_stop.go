@@ -63,7 +63,7 @@ func (s *Service) stopContainer(ctx context.Context, c *Container, grace time.Du
 		return nil
 	case <-time.After(30 * time.Second):
 		// The exit event may have been lost: read the task state ourselves.
-		s.resyncContainers(ctx)
+		s.Resync(ctx)
 		if c.Status().State == runtimeapi.ContainerState_CONTAINER_EXITED {
 			return nil
 		}

@@ -27,9 +27,11 @@
 // sandbox/recover.go for its assumptions), runtime.Recover the containers (a start cut
 // short is undone or adopted, so the kubelet's retry succeeds), and
 // sandbox.Manager.Sweep stops shims no task uses and removes empty cgroups no
-// container has (sandbox/shims.go, sandbox/cgroups.go). sandbox.Manager.Monitor
-// follows task exits, re-reading every sandbox's state and sweeping again whenever it
-// reconnects to containerd.
+// container has (sandbox/shims.go, sandbox/cgroups.go). One event monitor
+// (package taskevents, owned by cmd/shimd) follows task exits and OOM kills for
+// sandboxes and containers alike, re-reading every sandbox's and container's state
+// and sweeping again whenever it reconnects to containerd. The runtime service asks
+// of package sandbox only what PodSandboxes (service.go) declares.
 //
 // CreateContainer / StartContainer: the sandbox must be READY -> reserve the name ->
 // resolve the image locally -> prepare the writable layer under a lease and resolve the

@@ -82,6 +82,17 @@ func (c *containerIO) close() {
 	c.dio.Close()
 }
 
+// detach ends the copies (done is closed when they have ended) without touching the
+// FIFOs, as the exit of shimd would: the container's side keeps them open, and a
+// later attachIO reads on.
+func (c *containerIO) detach() {
+	for _, f := range []io.Closer{c.dio.Stdin, c.dio.Stdout, c.dio.Stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
 // broadcaster hands output to every attached client. Each client has a queue and a
 // goroutine of its own that writes it out; a client whose queue is full (it does not
 // read) or whose write fails is dropped. So the container's output, and its log, never

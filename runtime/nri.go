@@ -259,7 +259,7 @@ func (s *Service) nriRunPod(ctx context.Context, id string) error {
 		return err
 	}
 	// Detached: a kubelet that gives up must not make plugins refuse the pod.
-	cctx, cancel := s.opts.Sandboxes.DetachedContext(ctx)
+	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
 	perr := s.nriPodEvent(cctx, api.Event_RUN_POD_SANDBOX, sb)
 	if perr == nil {

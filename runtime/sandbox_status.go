@@ -23,7 +23,7 @@ func (s *Service) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandb
 			"netNamespacePath": sb.NetNSPath,
 			"runtimeHandler":   sb.RuntimeHandler,
 			"config":           sb.Config,
-			"image":            s.opts.Sandboxes.PauseImageRef(),
+			"image":            s.opts.PauseImage,
 			"overhead":         overhead,
 			"resources":        resources,
 		})

@@ -2,14 +2,46 @@ package runtime
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/sandbox"
 )
+
+// PodSandboxes runs pod sandboxes and finds them: all that the runtime service asks
+// of package sandbox (*sandbox.Manager). Exits of pause processes reach the sandboxes
+// through the event monitor (package taskevents), not through this service.
+type PodSandboxes interface {
+	Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (id string, err error)
+	Stop(ctx context.Context, id string) error
+	Remove(ctx context.Context, id string) error
+	UpdateResources(ctx context.Context, id string, overhead, resources *runtimeapi.LinuxContainerResources) error
+	// Get finds a sandbox by id or unique id prefix (NotFound if none); List
+	// returns every sandbox, oldest first.
+	Get(id string) (*sandbox.Sandbox, error)
+	List() []*sandbox.Sandbox
+	// Runtime resolves a runtime handler name ("" is the default).
+	Runtime(handler string) (sandbox.Runtime, error)
+	// Files are the paths of the pod's files its containers mount.
+	Files(sb *sandbox.Sandbox) sandbox.Files
+}
+
+// containerdAPI is the part of the containerd client that creating, starting and
+// deleting a container use: *client.Client, or a fake in the unit tests.
+type containerdAPI interface {
+	WithLease(ctx context.Context, opts ...leases.Opt) (context.Context, func(context.Context) error, error)
+	SnapshotService(snapshotter string) snapshots.Snapshotter
+	GetImage(ctx context.Context, ref string) (client.Image, error)
+	NewContainer(ctx context.Context, id string, opts ...client.NewContainerOpts) (client.Container, error)
+	LoadContainer(ctx context.Context, id string) (client.Container, error)
+}
 
 // Network is what the runtime service asks of pod networking directly.
 type Network interface {
@@ -32,7 +64,7 @@ type Images interface {
 // Options configures the RuntimeService.
 type Options struct {
 	Client    *client.Client
-	Sandboxes *sandbox.Manager
+	Sandboxes PodSandboxes
 	Network   Network
 	Images    Images
 	// RootDir keeps container status files; StateDir the stdio FIFOs.
@@ -52,11 +84,16 @@ type Options struct {
 	// TOML file), for verbose Status.
 	Version    string
 	ConfigJSON string
+	// PauseImage names the image sandboxes run, for verbose PodSandboxStatus.
+	PauseImage string
 	// CgroupDriver is "cgroupfs" or "systemd".
 	CgroupDriver string
 	// Handlers are the configured runtime handler names; DefaultHandler is the one for "".
 	Handlers       []string
 	DefaultHandler string
+	// CleanupTimeout bounds the work detached from a request (create, start and
+	// remove of a container). Zero: 2 minutes.
+	CleanupTimeout time.Duration
 }
 
 // NodeInfo describes the node, read once at start (see cmd/shimd).
@@ -86,12 +123,14 @@ type HandlerFeatures struct {
 type Service struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	opts       Options
+	ctrd       containerdAPI // opts.Client
 	containers *containerStore
 	rates      cpuRates
 	streaming  StreamingServer // set once by SetStreaming before serving
 	events     eventHub        // GetContainerEvents subscribers
 	volumeMu   sync.Mutex      // held while an image volume is mounted
 	nriStopped sync.Map        // pod ids whose stop NRI plugins were told of
+	finishing  sync.WaitGroup  // exits being recorded (TaskExit); Close waits
 }
 
 // New makes the RuntimeService; call Recover before serving.
@@ -102,11 +141,10 @@ func New(opts Options) *Service {
 	if opts.Node.MemoryNodes == "" {
 		opts.Node.MemoryNodes = readOnlineSet("/sys/devices/system/node/online", "0")
 	}
-	s := &Service{opts: opts, containers: newContainerStore()}
-	opts.Sandboxes.OnExit(s.handleExit)
-	opts.Sandboxes.OnOOM(s.handleOOM)
-	opts.Sandboxes.OnResync(s.resyncContainers)
-	return s
+	if opts.CleanupTimeout == 0 {
+		opts.CleanupTimeout = 2 * time.Minute
+	}
+	return &Service{opts: opts, ctrd: opts.Client, containers: newContainerStore()}
 }
 
 var _ runtimeapi.RuntimeServiceServer = (*Service)(nil)
@@ -114,4 +152,44 @@ var _ runtimeapi.RuntimeServiceServer = (*Service)(nil)
 // containerdServing tells whether containerd answers.
 func (s *Service) containerdServing(ctx context.Context) (bool, error) {
 	return s.opts.Client.IsServing(ctx)
+}
+
+// Close is for shutdown, after the server and the event monitor stopped: it waits for
+// the exits being recorded and stops copying the output of running containers. Their
+// FIFOs stay, and the next shimd reattaches to them (Recover), as after a crash.
+func (s *Service) Close() {
+	s.finishing.Wait()
+	var copying []*containerIO
+	for _, c := range s.containers.list() {
+		if cio := c.IO(); cio != nil {
+			cio.detach()
+			copying = append(copying, cio)
+		}
+	}
+	timeout := time.After(ioDrainTimeout)
+	for _, cio := range copying {
+		select {
+		case <-cio.done:
+		case <-timeout:
+			return
+		}
+	}
+}
+
+// detachedContext is detached from the request (keeping its values) and bounded by
+// the cleanup timeout: work that must not be left half done runs under it.
+func (s *Service) detachedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
+}
+
+// snapshotters lists the runtime handlers' snapshotters, each once, sorted.
+func (s *Service) snapshotters() []string {
+	var out []string
+	for _, h := range s.opts.Handlers {
+		if rt, err := s.opts.Sandboxes.Runtime(h); err == nil && !slices.Contains(out, rt.Snapshotter) {
+			out = append(out, rt.Snapshotter)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

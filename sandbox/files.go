@@ -20,8 +20,21 @@ func (m *Manager) Dir(id string) string { return filepath.Join(m.opts.RootDir, "
 // stateDir is the pod's directory of runtime state.
 func (m *Manager) stateDir(id string) string { return filepath.Join(m.opts.StateDir, "sandboxes", id) }
 
-// ShmPath is the pod's /dev/shm, or "" when the pod uses the host IPC namespace.
-func (m *Manager) ShmPath(sb *Sandbox) string {
+// Files are the paths of the pod's files that its containers mount.
+type Files struct {
+	Hostname, Hosts, ResolvConf string
+	// Shm is the pod's /dev/shm ("/dev/shm" itself when the pod uses the host IPC
+	// namespace).
+	Shm string
+}
+
+// Files are the paths of sb's files that its containers mount.
+func (m *Manager) Files(sb *Sandbox) Files {
+	return Files{Hostname: m.hostnamePath(sb.ID), Hosts: m.hostsPath(sb.ID), ResolvConf: m.resolvConfPath(sb.ID), Shm: m.shmPath(sb)}
+}
+
+// shmPath is the pod's /dev/shm, "/dev/shm" when the pod uses the host IPC namespace.
+func (m *Manager) shmPath(sb *Sandbox) string {
 	if sb.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() == runtimeapi.NamespaceMode_NODE {
 		return "/dev/shm"
 	}
@@ -29,9 +42,9 @@ func (m *Manager) ShmPath(sb *Sandbox) string {
 }
 
 // Paths of the files containers of this pod mount.
-func (m *Manager) HostnamePath(id string) string   { return filepath.Join(m.Dir(id), "hostname") }
-func (m *Manager) HostsPath(id string) string      { return filepath.Join(m.Dir(id), "hosts") }
-func (m *Manager) ResolvConfPath(id string) string { return filepath.Join(m.Dir(id), "resolv.conf") }
+func (m *Manager) hostnamePath(id string) string   { return filepath.Join(m.Dir(id), "hostname") }
+func (m *Manager) hostsPath(id string) string      { return filepath.Join(m.Dir(id), "hosts") }
+func (m *Manager) resolvConfPath(id string) string { return filepath.Join(m.Dir(id), "resolv.conf") }
 
 // writeFiles creates the pod's hostname, hosts and resolv.conf, and mounts its shm.
 func (m *Manager) writeFiles(sb *Sandbox) (undo func(), err error) {
@@ -51,16 +64,16 @@ func (m *Manager) writeFiles(sb *Sandbox) (undo func(), err error) {
 		}
 	}
 	files := map[string]string{
-		m.HostnamePath(sb.ID):   hostname + "\n",
-		m.HostsPath(sb.ID):      hostsFile(),
-		m.ResolvConfPath(sb.ID): ResolvConf(sb.Config.GetDnsConfig()),
+		m.hostnamePath(sb.ID):   hostname + "\n",
+		m.hostsPath(sb.ID):      hostsFile(),
+		m.resolvConfPath(sb.ID): ResolvConf(sb.Config.GetDnsConfig()),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			return nil, fmt.Errorf("write %s: %w", filepath.Base(path), err)
 		}
 	}
-	if shm := m.ShmPath(sb); shm != "/dev/shm" {
+	if shm := m.shmPath(sb); shm != "/dev/shm" {
 		if err := os.MkdirAll(shm, 0o700); err != nil {
 			return nil, fmt.Errorf("create shm dir: %w", err)
 		}

@@ -73,11 +73,8 @@ type Manager struct {
 	// swept is set once recovery's Sweep has run: from then on, a reconnection to
 	// containerd sweeps again (SweepLive).
 	swept atomic.Bool
-
-	exitMu   sync.Mutex
-	onExit   []ExitHandler
-	onOOM    []OOMHandler
-	onResync []func(ctx context.Context)
+	// runs are the Run recipes in progress, detached from their callers.
+	runs sync.WaitGroup
 }
 
 // NewManager makes a Manager; call Recover before serving.
@@ -87,6 +84,10 @@ func NewManager(opts Options) *Manager {
 	}
 	return &Manager{opts: opts, store: newStore()}
 }
+
+// Close is for shutdown, after the server stopped: it waits for the Run recipes in
+// progress (each bounded by the cleanup timeout), so that none is cut in half.
+func (m *Manager) Close() { m.runs.Wait() }
 
 func (m *Manager) netnsDir() string { return filepath.Join(m.opts.StateDir, "netns") }
 
@@ -119,12 +120,6 @@ func (m *Manager) Get(id string) (*Sandbox, error) { return m.store.get(id) }
 // List returns every sandbox, oldest first.
 func (m *Manager) List() []*Sandbox { return m.store.list() }
 
-// DetachedContext is detached from the request (keeping its values) and bounded by
-// the cleanup timeout: work that must not be left half done runs under it.
-func (m *Manager) DetachedContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return m.cleanupContext(ctx)
-}
-
 // cleanupContext is detached from any request, so a kubelet timeout never leaves half
 // a pod behind, but bounded.
 func (m *Manager) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -143,9 +138,6 @@ func (u undoStack) run(ctx context.Context, what string) {
 		}
 	}
 }
-
-// PauseImageRef names the pause image sandboxes run.
-func (m *Manager) PauseImageRef() string { return m.opts.PauseImageRef }
 
 // Snapshotters lists the runtime handlers' snapshotters, each once, sorted.
 func (m *Manager) Snapshotters() []string {

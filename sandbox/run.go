@@ -35,12 +35,12 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	name := MakeName(cfg.GetMetadata())
 	r, fresh := m.store.reserve(name)
 	if fresh {
-		go func() {
+		m.runs.Go(func() { // outlives a caller that gives up; Close waits for it
 			wctx, cancel := m.cleanupContext(ctx)
 			defer cancel()
 			sb, err := m.run(wctx, name, cfg, handler, rt)
 			m.store.finish(name, r, sb, err)
-		}()
+		})
 	}
 	return r.wait(ctx)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/shimd/shimd/runtime"
 	"github.com/shimd/shimd/sandbox"
 	"github.com/shimd/shimd/sandbox/pause"
+	"github.com/shimd/shimd/taskevents"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -107,8 +108,40 @@ func run(cfg Config) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	return serve(ctx, cfg, func(time.Duration) { notifySystemd(ctx, sdReady) })
+}
+
+// serve runs the daemon until ctx ends, then shuts it down; ready is called once
+// recovery is done. Everything it starts has an owner here and is stopped, and waited
+// for, before serve returns (the deferred calls, in reverse order of the steps):
+//
+//  1. directories (root_dir, state_dir, cni.cache_dir), then the containerd client:
+//     both only fail on configuration, so they fail first, naming the key.
+//     Connecting does not wait for containerd: recovery (step 6) does.
+//  2. metrics and the CNI config loader: the services report into the first and
+//     read the second from the start.
+//  3. the services (wire): images, sandboxes, runtime. Nothing runs yet.
+//  4. the streaming, debug and metrics endpoints: the streaming server's URL must
+//     be known before any Exec/Attach/PortForward is answered. Stopped after the
+//     CRI server, so that no RPC hands out a dead URL.
+//  5. the CRI socket: a socket that cannot be had fails start-up before any
+//     background work is started.
+//  6. background work, started together: the event monitor (package taskevents),
+//     recovery (images, sandboxes, containers, then the sweep of leftover shims and
+//     cgroups; retried until containerd answers) and the cni.conf_dir watch. Until
+//     recovery is done the CRI server answers Unavailable (but Version). After every
+//     (re)subscription the monitor re-reads the sandboxes' and containers' tasks,
+//     and sweeps leftovers once recovery has swept.
+//  7. the CRI server, until ctx ends; then in-flight calls finish (30s at most).
+//
+// Shutdown, after 7: the background work of 6 is cancelled and waited for; the
+// endpoints of 4 stop (ending open streams); the services wait for their own
+// goroutines (a RunPodSandbox recipe whose caller gave up, exits being recorded) and
+// stop copying running containers' output; the containerd client closes last.
+func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	ctx = namespaces.WithNamespace(ctx, cfg.Containerd.Namespace)
 
+	// 1.
 	dirs := map[string]string{"root_dir": cfg.RootDir, "state_dir": cfg.StateDir, "cni.cache_dir": cfg.CNI.CacheDir}
 	for _, k := range sortedKeys(dirs) {
 		if err := os.MkdirAll(dirs[k], 0o711); err != nil {
@@ -121,16 +154,21 @@ func run(cfg Config) error {
 	}
 	defer cl.Close()
 
+	// 2.
 	m := newMetrics()
 	cni, err := network.NewCNI(network.Options{ConfDir: cfg.CNI.ConfDir, BinDirs: cfg.CNI.BinDirs, CacheDir: cfg.CNI.CacheDir, Observer: m.observeCNI})
 	if err != nil {
 		return err
 	}
+	// 3.
 	w, err := wire(cfg, cl, cni, m)
 	if err != nil {
 		return err
 	}
+	defer w.runtime.Close()
+	defer w.sandboxes.Close()
 	m.reg.MustRegister(newStateCollector(w.runtime, cl.IsServing))
+	// 4.
 	for _, start := range []func() (func(), error){
 		func() (func(), error) { return startStreaming(ctx, cfg.Streaming, w.runtime) },
 		func() (func(), error) { return startDebug(ctx, cfg.Debug.Address) },
@@ -142,36 +180,37 @@ func run(cfg Config) error {
 		}
 		defer stopIt()
 	}
-
+	// 5.
 	l, err := listenCRI(cfg.Socket)
 	if err != nil {
 		return fmt.Errorf("config key socket: %w", err)
 	}
 	defer os.Remove(cfg.Socket)
-	var ready atomic.Bool
-	srv := newGRPCServer(&ready, m, w.runtime, w.images)
+	var isReady atomic.Bool
+	srv := newGRPCServer(&isReady, m, w.runtime, w.images)
 
 	if w.nri != nil {
-		defer w.nri.Stop()
+		defer w.nri.Stop() // after the background work of 6 has stopped
 	}
-	// Background work owned here: cancelled and waited for before run returns.
+	// 6.: cancelled and waited for before the services close.
 	bgCtx, cancelBg := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	defer func() { cancelBg(); bg.Wait() }()
+	bg.Go(func() { w.events.Run(bgCtx) })
+	bg.Go(func() {
+		recoverUntilDone(bgCtx, func(d time.Duration) {
+			startNRI(ctx, w.nri) // plugins synchronize with the recovered pods
+			isReady.Store(true)
+			m.recovery.Set(d.Seconds())
+			ready(d)
+		}, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
+	})
 	bg.Go(func() {
 		if err := cni.Watch(bgCtx, 200*time.Millisecond); err != nil {
 			log.G(ctx).WithError(err).Warn("not watching cni.conf_dir; restart shimd to pick up network config changes")
 		}
 	})
-	bg.Go(func() {
-		recoverUntilDone(bgCtx, func(d time.Duration) {
-			startNRI(ctx, w.nri) // plugins synchronize with the recovered pods
-			ready.Store(true)
-			m.recovery.Set(d.Seconds())
-			notifySystemd(ctx, sdReady)
-		}, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
-	})
-	bg.Go(func() { w.sandboxes.Monitor(bgCtx) })
+	// 7.
 	log.G(ctx).WithField("socket", cfg.Socket).WithField("version", version).Info("shimd serving")
 	return serveUntil(ctx, srv, l, 30*time.Second)
 }
@@ -181,7 +220,11 @@ type wiring struct {
 	runtime   *runtime.Service
 	images    *image.Service
 	nri       *nri.NRI // nil: NRI is off
+	events    *taskevents.Monitor
 }
+
+// The runtime service reaches sandboxes only through its interface.
+var _ runtime.PodSandboxes = (*sandbox.Manager)(nil)
 
 // wire builds the services from the config.
 func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, error) {
@@ -236,9 +279,18 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: cfgJSON,
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM,
-		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg), CDI: cdiRegistry,
+		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(cfg), PauseImage: pauseRef, CDI: cdiRegistry,
 	})
-	w := wiring{sandboxes: sandboxes, runtime: rs, images: images}
+	// One event monitor for all tasks. A pause process's exit makes its sandbox
+	// NOTREADY before the runtime service publishes it; after a resubscription the
+	// sandboxes are re-read first, then the containers, then leftovers are swept.
+	events := taskevents.New(taskevents.Options{
+		Events: cl, Namespace: cfg.Containerd.Namespace,
+		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, rs.TaskExit},
+		OOM:    []taskevents.OOMHandler{rs.TaskOOM},
+		Resync: []func(context.Context){sandboxes.Resync, rs.Resync, sandboxes.SweepLive},
+	})
+	w := wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events}
 	if plugins != nil {
 		rs.SetNRI(plugins)
 		w.nri = plugins

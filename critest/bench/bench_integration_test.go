@@ -25,9 +25,11 @@ import (
 	"github.com/shimd/shimd/sandbox/pause"
 )
 
+// rounds is the number of timed rounds per runtime (BENCH_ROUNDS, default 20).
+var rounds = envInt("BENCH_ROUNDS", 20)
+
 const (
-	rounds     = 20 // timed rounds per runtime
-	warmup     = 2  // untimed rounds per runtime before them
+	warmup     = 2 // untimed rounds per runtime before the timed ones
 	rpcTimeout = 2 * time.Minute
 	criNS      = "k8s.io" // containerd's CRI plugin namespace
 )
@@ -51,6 +53,7 @@ type pair struct {
 	env           *harness.Env
 	shimd, cd     *target
 	shimdIS, cdIS runtimeapi.ImageServiceClient
+	shimdNS       string // shimd's containerd namespace
 }
 
 // newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
@@ -60,12 +63,8 @@ func newPair(b *testing.B) *pair {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
 	}
-	reg := harness.StartRegistry(b, harness.RegistryOptions{})
-	hosts := b.TempDir()
-	reg.WriteHermeticHostsDir(b, hosts)
-	// containerd with its CRI plugin, the CNI network in <base>/net.d (the
-	// CRI plugin's conf dir), and a leak check of namespace k8s.io.
-	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, RegistryConfigPath: hosts}})
+	hosts := registryHosts(b)
+	env, criRT, cdIS := startCRI(b, hosts)
 	// shimd in the same base dir: same containerd, same CNI conf dir (hence
 	// the same bridge and IPAM data dir), its own runc root.
 	shimd := harness.StartShimd(b, harness.ShimdOptions{
@@ -82,19 +81,13 @@ func newPair(b *testing.B) *pair {
 		})
 	})
 
-	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(b, err)
-	b.Cleanup(func() { conn.Close() })
-	cdIS := runtimeapi.NewImageServiceClient(conn)
-	importSandboxImage(b, env, cdIS)
-	criRT := runtimeapi.NewRuntimeServiceClient(conn)
-	waitCRIReady(b, criRT)
 	p := &pair{
 		env:     env,
 		shimd:   &target{name: "shimd", rt: shimd.Runtime(b), samples: map[string][]time.Duration{}},
 		cd:      &target{name: "containerd", rt: criRT, samples: map[string][]time.Duration{}},
 		shimdIS: shimd.Images(b),
 		cdIS:    cdIS,
+		shimdNS: shimd.Namespace(),
 	}
 	p.shimd.is, p.cd.is = p.shimdIS, p.cdIS
 	b.Cleanup(func() {
@@ -123,6 +116,30 @@ func BenchmarkPodLifecycle(b *testing.B) {
 	}
 	report(b, fmt.Sprintf("pod sandbox lifecycle: %d rounds per runtime after %d warm-up rounds, interleaved", rounds, warmup),
 		ops, p.shimd, p.cd)
+}
+
+// registryHosts starts the offline registry and returns a hosts.toml directory
+// that mirrors every registry to it.
+func registryHosts(b *testing.B) string {
+	reg := harness.StartRegistry(b, harness.RegistryOptions{})
+	hosts := b.TempDir()
+	reg.WriteHermeticHostsDir(b, hosts)
+	return hosts
+}
+
+// startCRI starts a containerd with its CRI plugin, the CNI network in <base>/net.d
+// (the CRI plugin's conf dir) and a leak check of namespace k8s.io, makes it find
+// the sandbox image, and waits until it is ready.
+func startCRI(b *testing.B, hosts string) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, RegistryConfigPath: hosts}})
+	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(b, err)
+	b.Cleanup(func() { conn.Close() })
+	cdIS := runtimeapi.NewImageServiceClient(conn)
+	importSandboxImage(b, env, cdIS)
+	criRT := runtimeapi.NewRuntimeServiceClient(conn)
+	waitCRIReady(b, criRT)
+	return env, criRT, cdIS
 }
 
 // importSandboxImage makes containerd's CRI find its sandbox image locally
@@ -237,7 +254,10 @@ func report(b *testing.B, title string, ops []string, shimd, cd *target) {
 		c50, c90 := percentile(cd.samples[op], 50), percentile(cd.samples[op], 90)
 		ratio := ms(s50) / ms(c50)
 		fmt.Fprintf(&out, "%-22s %8.1fms %8.1fms %13.1fms %13.1fms  %.2fx\n", op, ms(s50), ms(s90), ms(c50), ms(c90), ratio)
-		short := strings.ToLower(op)
+		// A metric unit has no spaces: "burst start (wall)" -> "burst-start-wall".
+		short := strings.Join(strings.FieldsFunc(strings.ToLower(op), func(r rune) bool {
+			return !('a' <= r && r <= 'z' || '0' <= r && r <= '9')
+		}), "-")
 		b.ReportMetric(ms(s50), shimd.name+"-"+short+"-p50-ms")
 		b.ReportMetric(ms(c50), cd.name+"-"+short+"-p50-ms")
 		b.ReportMetric(ratio, short+"-ratio")

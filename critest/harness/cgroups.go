@@ -77,3 +77,7 @@ func removeNamespaceCgroups(namespace string) {
 		_ = os.Remove(filepath.Join(mnt, namespace))
 	}
 }
+
+// RemoveEmptyCgroups removes the empty cgroup /<parent> in every hierarchy, for
+// tests that run runc themselves under a parent of their own ("shimd-" prefix).
+func RemoveEmptyCgroups(parent string) { removeNamespaceCgroups(parent) }

@@ -192,3 +192,44 @@ func (d *daemon) logOnFailure(t testing.TB) {
 		}
 	})
 }
+
+// Daemon is a process a test started with StartDaemon (the control plane of
+// critest/cluster, for one). It is only ever signalled by its own PID.
+type Daemon struct{ d *daemon }
+
+// StartDaemon starts path with args, its output appended to logPath, and waits
+// until ready succeeds (polled every 100ms, up to timeout). A cleanup stops it
+// (SIGTERM, SIGKILL after 10s) and prints its log tail if the test failed.
+func StartDaemon(t testing.TB, name, path string, args []string, logPath string, timeout time.Duration, ready func() error) *Daemon {
+	t.Helper()
+	d := &Daemon{d: &daemon{name: name, path: path, args: args, logPath: logPath}}
+	d.d.logOnFailure(t)
+	t.Cleanup(func() { d.d.stop() })
+	if err := d.Start(timeout, ready); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return d
+}
+
+// Start starts the daemon again (after Stop or Kill) and waits until ready.
+func (d *Daemon) Start(timeout time.Duration, ready func() error) error {
+	if err := d.d.start(); err != nil {
+		return err
+	}
+	if ready == nil {
+		return nil
+	}
+	return d.d.waitReady(timeout, ready)
+}
+
+// Stop sends SIGTERM, then SIGKILL after 10s, and waits; it reports whether SIGKILL was needed.
+func (d *Daemon) Stop() bool { return d.d.stop() }
+
+// Kill sends SIGKILL and waits.
+func (d *Daemon) Kill() { d.d.kill() }
+
+// PID of the running process, or 0.
+func (d *Daemon) PID() int { return d.d.pid() }
+
+// LogTail returns the last n lines of the daemon's log.
+func (d *Daemon) LogTail(n int) string { return d.d.logTail(n) }

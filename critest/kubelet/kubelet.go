@@ -51,6 +51,11 @@ type Options struct {
 	NodeName string
 	// FeatureGates for the KubeletConfiguration.
 	FeatureGates map[string]bool
+	// Kubeconfig, if set, connects the kubelet to an API server (critest/cluster):
+	// it registers its node and runs the pods the scheduler binds to it.
+	Kubeconfig string
+	// Config entries replace those of the KubeletConfiguration the test writes.
+	Config map[string]any
 }
 
 // Kubelet is a standalone kubelet started by Start.
@@ -134,6 +139,9 @@ func (k *Kubelet) config() map[string]any {
 	if len(k.opts.FeatureGates) > 0 {
 		cfg["featureGates"] = k.opts.FeatureGates
 	}
+	for key, v := range k.opts.Config {
+		cfg[key] = v
+	}
 	return cfg
 }
 
@@ -183,7 +191,7 @@ func (k *Kubelet) writeConfig() error {
 }
 
 func (k *Kubelet) args() []string {
-	return []string{
+	args := []string{
 		"--config", k.ConfigPath,
 		"--root-dir", k.RootDir,
 		"--cert-dir", filepath.Join(k.opts.Dir, "pki"),
@@ -193,6 +201,10 @@ func (k *Kubelet) args() []string {
 		"--node-ip", "127.0.0.1",
 		"--v", "2",
 	}
+	if k.opts.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", k.opts.Kubeconfig)
+	}
+	return args
 }
 
 // NodeName is the node name static pods are suffixed with.

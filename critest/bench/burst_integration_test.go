@@ -1,0 +1,136 @@
+//go:build integration
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// envInt reads a positive integer from the environment, or def.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// BenchmarkBurst starts BENCH_BURST_PODS (default 30) one-container pods at once, as the
+// kubelet's pod workers do when a node gets many pods, waits until all run, then tears
+// them all down at once; BENCH_BURST_ROUNDS (default 3) rounds per runtime, shimd and
+// containerd's CRI alternating on the same containerd. Per pod: Run + Create + Start,
+// and Stop + Remove; per burst: the wall time until the last pod ran / was removed.
+func BenchmarkBurst(b *testing.B) {
+	p := newPair(b)
+	n, burstRounds := envInt("BENCH_BURST_PODS", 30), envInt("BENCH_BURST_ROUNDS", 3)
+	for _, tg := range []*target{p.shimd, p.cd} {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, tg.name)
+	}
+	for round := -1; round < burstRounds; round++ {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			ids := tg.burst(b, round, n)
+			tg.burstTeardown(b, round, ids)
+		}
+	}
+	report(b, fmt.Sprintf("burst: %d one-container pods started at once, then removed at once; %d rounds per runtime after 1 warm-up, alternating", n, burstRounds),
+		[]string{"burst start (wall)", "pod start (per pod)", "burst teardown (wall)", "pod teardown (per pod)"}, p.shimd, p.cd)
+}
+
+// burst starts n pods concurrently and returns their sandbox ids.
+func (tg *target) burst(b *testing.B, round, n int) []string {
+	b.Helper()
+	ids := make([]string, n)
+	tg.concurrently(b, round, n, "burst start (wall)", "pod start (per pod)", func(i int) (err error) {
+		ids[i], err = tg.startPod(fmt.Sprintf("burst-%s-%d-%d", tg.name, round+1, i))
+		return err
+	})
+	return ids
+}
+
+// burstTeardown stops and removes the pods concurrently.
+func (tg *target) burstTeardown(b *testing.B, round int, ids []string) {
+	b.Helper()
+	tg.concurrently(b, round, len(ids), "burst teardown (wall)", "pod teardown (per pod)", func(i int) error {
+		return tg.removePod(ids[i])
+	})
+}
+
+// concurrently runs op(0..n-1) at once and, unless round is a warm-up, records the
+// time of each op under perOp and of the whole under wallOp.
+func (tg *target) concurrently(b *testing.B, round, n int, wallOp, perOp string, op func(int) error) {
+	b.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			errs[i] = op(i)
+			if round >= 0 && errs[i] == nil {
+				tg.record(perOp, time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	if round >= 0 {
+		tg.record(wallOp, time.Since(start))
+	}
+	for i, err := range errs {
+		require.NoError(b, err, "%s %s, pod %d", tg.name, perOp, i)
+	}
+}
+
+// startPod runs a pod with one busybox container as BenchmarkPodStart does.
+func (tg *target) startPod(name string) (string, error) {
+	pod, cfg := podStartConfigs(name)
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod})
+	if err != nil {
+		return "", fmt.Errorf("RunPodSandbox: %w", err)
+	}
+	c, err := tg.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: resp.PodSandboxId, Config: cfg, SandboxConfig: pod})
+	if err != nil {
+		return resp.PodSandboxId, fmt.Errorf("CreateContainer: %w", err)
+	}
+	if _, err := tg.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
+		return resp.PodSandboxId, fmt.Errorf("StartContainer: %w", err)
+	}
+	return resp.PodSandboxId, nil
+}
+
+// removePod stops and removes a pod (the kubelet stops the containers first; a stop of
+// the pod does that too, with the same grace of zero for `sleep`).
+func (tg *target) removePod(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	if _, err := tg.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("StopPodSandbox: %w", err)
+	}
+	if _, err := tg.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("RemovePodSandbox: %w", err)
+	}
+	return nil
+}
+
+var recordMu sync.Mutex
+
+// record adds a sample under op (safe for concurrent callers).
+func (tg *target) record(op string, d time.Duration) {
+	recordMu.Lock()
+	defer recordMu.Unlock()
+	tg.samples[op] = append(tg.samples[op], d)
+}

@@ -1,0 +1,345 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/sandbox"
+)
+
+// Hand-written fakes of what the runtime service uses, with error injection, for the
+// unit tests of CreateContainer's undo and StartContainer's failure. They hold what
+// the code under test made, so that a test can see that a failure left nothing.
+// An interface method a fake does not implement panics (the embedded interface is
+// nil): the code under test called something the test did not expect.
+
+// fakeContainerd stands in for the containerd client (containerdAPI).
+type fakeContainerd struct {
+	mu         sync.Mutex
+	nextLease  int
+	leases     map[string]bool // live leases
+	snapshots  map[string]bool // writable layers (active snapshots) by key
+	committed  map[string]bool // image layers by chain id
+	containers map[string]*fakeContainer
+
+	// Errors to inject.
+	newContainerErr, newTaskErr, startErr error
+}
+
+func newFakeContainerd() *fakeContainerd {
+	return &fakeContainerd{leases: map[string]bool{}, snapshots: map[string]bool{}, committed: map[string]bool{}, containers: map[string]*fakeContainer{}}
+}
+
+func (f *fakeContainerd) WithLease(ctx context.Context, _ ...leases.Opt) (context.Context, func(context.Context) error, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextLease++
+	id := fmt.Sprintf("lease-%d", f.nextLease)
+	f.leases[id] = true
+	return leases.WithLease(ctx, id), func(context.Context) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.leases, id)
+		return nil
+	}, nil
+}
+
+func (f *fakeContainerd) SnapshotService(string) snapshots.Snapshotter { return fakeSnapshotter{f: f} }
+
+func (f *fakeContainerd) GetImage(context.Context, string) (client.Image, error) {
+	return nil, fmt.Errorf("fake: no image store: %w", errdefs.ErrNotImplemented)
+}
+
+func (f *fakeContainerd) NewContainer(_ context.Context, id string, _ ...client.NewContainerOpts) (client.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.newContainerErr != nil {
+		return nil, f.newContainerErr
+	}
+	if _, ok := f.containers[id]; ok {
+		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrAlreadyExists)
+	}
+	c := &fakeContainer{f: f, id: id}
+	f.containers[id] = c
+	return c, nil
+}
+
+func (f *fakeContainerd) LoadContainer(_ context.Context, id string) (client.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	return c, nil
+}
+
+// state lists what exists, for assertions: "lease-1", "snapshot <key>", "container <id>",
+// "task <id>".
+func (f *fakeContainerd) state() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for id := range f.leases {
+		out = append(out, id)
+	}
+	for key := range f.snapshots {
+		out = append(out, "snapshot "+key)
+	}
+	for id, c := range f.containers {
+		out = append(out, "container "+id)
+		if c.task != nil {
+			out = append(out, "task "+id)
+		}
+	}
+	return out
+}
+
+type fakeSnapshotter struct {
+	snapshots.Snapshotter
+	f *fakeContainerd
+}
+
+func (s fakeSnapshotter) Stat(_ context.Context, key string) (snapshots.Info, error) {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if s.f.committed[key] {
+		return snapshots.Info{Name: key, Kind: snapshots.KindCommitted}, nil
+	}
+	if s.f.snapshots[key] {
+		return snapshots.Info{Name: key, Kind: snapshots.KindActive}, nil
+	}
+	return snapshots.Info{}, fmt.Errorf("snapshot %s: %w", key, errdefs.ErrNotFound)
+}
+
+// Prepare makes the writable layer; it has no mounts, so the code under test
+// "mounts" an empty directory (which needs no root).
+func (s fakeSnapshotter) Prepare(_ context.Context, key, parent string, _ ...snapshots.Opt) ([]mount.Mount, error) {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if !s.f.committed[parent] {
+		return nil, fmt.Errorf("parent %s: %w", parent, errdefs.ErrNotFound)
+	}
+	if s.f.snapshots[key] {
+		return nil, fmt.Errorf("snapshot %s: %w", key, errdefs.ErrAlreadyExists)
+	}
+	s.f.snapshots[key] = true
+	return nil, nil
+}
+
+func (s fakeSnapshotter) Remove(_ context.Context, key string) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if !s.f.snapshots[key] {
+		return fmt.Errorf("snapshot %s: %w", key, errdefs.ErrNotFound)
+	}
+	delete(s.f.snapshots, key)
+	return nil
+}
+
+// fakeContainer is a containerd container; Delete leaves its snapshot to the
+// caller (as a delete without WithSnapshotCleanup would).
+type fakeContainer struct {
+	client.Container
+	f    *fakeContainerd
+	id   string
+	task *fakeTask // guarded by f.mu
+}
+
+func (c *fakeContainer) ID() string { return c.id }
+
+func (c *fakeContainer) Task(context.Context, cio.Attach) (client.Task, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if c.task == nil {
+		return nil, fmt.Errorf("no running task found: task %s not found: %w", c.id, errdefs.ErrNotFound)
+	}
+	return c.task, nil
+}
+
+func (c *fakeContainer) Delete(context.Context, ...client.DeleteOpts) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if c.task != nil {
+		return fmt.Errorf("container %s has a task: %w", c.id, errdefs.ErrFailedPrecondition)
+	}
+	delete(c.f.containers, c.id)
+	return nil
+}
+
+// NewTask makes the task's IO as containerd's client does (and closes it again
+// when the task cannot be made), then the task, which holds its stdout and stderr
+// FIFOs open as a shim does until the task is deleted.
+func (c *fakeContainer) NewTask(_ context.Context, ioCreate cio.Creator, _ ...client.NewTaskOpts) (_ client.Task, err error) {
+	i, err := ioCreate(c.id)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			i.Cancel()
+			i.Close()
+		}
+	}()
+	t := &fakeTask{c: c, startErr: c.f.startErr}
+	for _, p := range []string{i.Config().Stdout, i.Config().Stderr} {
+		if p == "" {
+			continue
+		}
+		w, err := os.OpenFile(p, os.O_RDWR, 0) // O_RDWR: a FIFO's writer that never blocks
+		if err != nil {
+			t.closeFIFOs()
+			return nil, err
+		}
+		t.fifos = append(t.fifos, w)
+	}
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if c.f.newTaskErr != nil {
+		t.closeFIFOs()
+		return nil, c.f.newTaskErr
+	}
+	c.task = t
+	return c.task, nil
+}
+
+type fakeTask struct {
+	client.Task
+	c        *fakeContainer
+	startErr error
+	fifos    []*os.File // the shim's side of stdout and stderr
+}
+
+func (t *fakeTask) closeFIFOs() {
+	for _, f := range t.fifos {
+		f.Close()
+	}
+}
+
+func (t *fakeTask) ID() string  { return t.c.id }
+func (t *fakeTask) Pid() uint32 { return 4242 }
+
+func (t *fakeTask) Start(context.Context) error { return t.startErr }
+
+func (t *fakeTask) Delete(context.Context, ...client.ProcessDeleteOpts) (*client.ExitStatus, error) {
+	t.c.f.mu.Lock()
+	defer t.c.f.mu.Unlock()
+	if t.c.task != t {
+		return nil, fmt.Errorf("task %s: %w", t.c.id, errdefs.ErrNotFound)
+	}
+	t.c.task = nil
+	t.closeFIFOs()
+	return nil, nil
+}
+
+// fakeSandboxes holds READY sandboxes (PodSandboxes); it runs none.
+type fakeSandboxes struct {
+	dir string
+	sbs map[string]*sandbox.Sandbox
+}
+
+func (f *fakeSandboxes) Run(context.Context, *runtimeapi.PodSandboxConfig, string) (string, error) {
+	return "", errdefs.ErrNotImplemented
+}
+func (f *fakeSandboxes) Stop(context.Context, string) error   { return errdefs.ErrNotImplemented }
+func (f *fakeSandboxes) Remove(context.Context, string) error { return errdefs.ErrNotImplemented }
+func (f *fakeSandboxes) UpdateResources(context.Context, string, *runtimeapi.LinuxContainerResources, *runtimeapi.LinuxContainerResources) error {
+	return errdefs.ErrNotImplemented
+}
+
+func (f *fakeSandboxes) Get(id string) (*sandbox.Sandbox, error) {
+	if sb, ok := f.sbs[id]; ok {
+		return sb, nil
+	}
+	return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+}
+
+func (f *fakeSandboxes) List() []*sandbox.Sandbox {
+	var out []*sandbox.Sandbox
+	for _, sb := range f.sbs {
+		out = append(out, sb)
+	}
+	return out
+}
+
+func (f *fakeSandboxes) Runtime(string) (sandbox.Runtime, error) {
+	return sandbox.Runtime{Type: "io.containerd.runc.v2", Snapshotter: "overlayfs"}, nil
+}
+
+func (f *fakeSandboxes) Files(sb *sandbox.Sandbox) sandbox.Files {
+	d := filepath.Join(f.dir, sb.ID)
+	return sandbox.Files{Hostname: d + "/hostname", Hosts: d + "/hosts", ResolvConf: d + "/resolv.conf", Shm: d + "/shm"}
+}
+
+// fakeImages has one image, "busybox", whose layers are unpacked in ctrd.
+type fakeImages struct{ img *image.Image }
+
+func (f fakeImages) Find(_ context.Context, ref string) (*image.Image, error) {
+	if ref != "busybox" {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return f.img, nil
+}
+
+func (f fakeImages) SnapshotterRoot(context.Context, string) (string, error) {
+	return "", errdefs.ErrNotImplemented
+}
+
+// testService is a Service on fakes, with one READY sandbox (testService.sb) whose
+// log directory is logDir.
+type testService struct {
+	*Service
+	ctrd   *fakeContainerd
+	sb     *sandbox.Sandbox
+	logDir string
+}
+
+func newTestService(t *testing.T) *testService {
+	t.Helper()
+	dir := t.TempDir()
+	ctrd := newFakeContainerd()
+	layer := "sha256:" + fmt.Sprintf("%064x", 1)
+	img := &image.Image{
+		ID: "sha256:" + fmt.Sprintf("%064x", 2), Records: []string{"docker.io/library/busybox:latest"},
+		Config: ocispec.Image{RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(layer)}}},
+	}
+	ctrd.committed[layer] = true // identity.ChainID of one layer is that layer
+	logDir := filepath.Join(dir, "logs")
+	sb := &sandbox.Sandbox{ID: sandbox.NewID(), PID: 1, NetNSPath: filepath.Join(dir, "netns"), Config: &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "pod", Namespace: "default", Uid: "uid"},
+		LogDirectory: logDir,
+	}}
+	s := New(Options{
+		Sandboxes: &fakeSandboxes{dir: filepath.Join(dir, "pods"), sbs: map[string]*sandbox.Sandbox{sb.ID: sb}},
+		Images:    fakeImages{img: img},
+		RootDir:   filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state"),
+		Namespace: "test", CgroupDriver: "cgroupfs", Handlers: []string{"runc"}, DefaultHandler: "runc",
+		Node: NodeInfo{CPUs: "0", MemoryNodes: "0"},
+	})
+	s.ctrd = ctrd
+	return &testService{Service: s, ctrd: ctrd, sb: sb, logDir: logDir}
+}
+
+func containerConfig(name string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: "busybox"},
+		Command:  []string{"sleep", "60"},
+		LogPath:  name + ".log",
+	}
+}

@@ -1,0 +1,104 @@
+package taskevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/core/events"
+	"github.com/containerd/typeurl/v2"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// fakeEvents hands out one subscription at a time; the test sends on it or breaks it.
+type fakeEvents struct {
+	subs chan subscription
+}
+
+type subscription struct {
+	envs chan *events.Envelope
+	errs chan error
+}
+
+func (f *fakeEvents) Subscribe(ctx context.Context, _ ...string) (<-chan *events.Envelope, <-chan error) {
+	s := subscription{envs: make(chan *events.Envelope), errs: make(chan error, 1)}
+	go func() { // as containerd's client: the stream ends with its context
+		<-ctx.Done()
+		s.errs <- ctx.Err()
+	}()
+	f.subs <- s
+	return s.envs, s.errs
+}
+
+func envelope(t *testing.T, ns string, ev any) *events.Envelope {
+	t.Helper()
+	a, err := typeurl.MarshalAnyToProto(ev)
+	require.NoError(t, err)
+	return &events.Envelope{Namespace: ns, Event: a}
+}
+
+// The monitor hands each exit to every exit handler in order, OOM kills to the OOM
+// handlers, ignores other namespaces, runs the resync handlers in order after every
+// subscription (before any event), subscribes again when the stream breaks, and
+// returns when its context ends.
+func TestMonitor(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	note := func(s string) {
+		mu.Lock()
+		got = append(got, s)
+		mu.Unlock()
+	}
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
+	}
+	f := &fakeEvents{subs: make(chan subscription)}
+	at := time.Unix(1700000000, 0).UTC()
+	m := New(Options{
+		Events: f, Namespace: "shimd",
+		Exit: []ExitHandler{
+			func(c, e string, st uint32, when time.Time) {
+				note(fmt.Sprintf("sandboxes exit %s/%s %d %v", c, e, st, when.Equal(at)))
+			},
+			func(c, e string, st uint32, _ time.Time) { note(fmt.Sprintf("runtime exit %s/%s %d", c, e, st)) },
+		},
+		OOM:    []OOMHandler{func(c string) { note("oom " + c) }},
+		Resync: []func(context.Context){func(context.Context) { note("resync sandboxes") }, func(context.Context) { note("resync containers") }},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+
+	s := <-f.subs
+	s.envs <- envelope(t, "other", &eventstypes.TaskExit{ContainerID: "x", ID: "x", ExitStatus: 1})
+	s.envs <- envelope(t, "shimd", &eventstypes.TaskExit{ContainerID: "c1", ID: "c1", ExitStatus: 137, ExitedAt: timestamppb.New(at)})
+	s.envs <- envelope(t, "shimd", &eventstypes.TaskOOM{ContainerID: "c2"})
+	s.envs <- envelope(t, "shimd", &eventstypes.TaskExit{ContainerID: "c1", ID: "exec1", ExitStatus: 2, ExitedAt: timestamppb.New(at)})
+	s.errs <- errors.New("containerd went away")
+
+	s = <-f.subs // subscribed again
+	s.envs <- envelope(t, "shimd", &eventstypes.TaskExit{ContainerID: "c3", ID: "c3", ExitStatus: 0, ExitedAt: timestamppb.New(at)})
+	require.Eventually(t, func() bool { return len(seen()) == 11 }, 5*time.Second, 10*time.Millisecond, "%q", seen())
+	require.Equal(t, []string{
+		"resync sandboxes", "resync containers",
+		"sandboxes exit c1/c1 137 true", "runtime exit c1/c1 137",
+		"oom c2",
+		"sandboxes exit c1/exec1 2 true", "runtime exit c1/exec1 2",
+		"resync sandboxes", "resync containers",
+		"sandboxes exit c3/c3 0 true", "runtime exit c3/c3 0",
+	}, seen())
+
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
