@@ -53,22 +53,31 @@ func (p *cdiDevicePlugin) Allocate(_ context.Context, req *pluginapi.AllocateReq
 }
 
 // startDevicePlugin serves the plugin in the kubelet's device plugin directory and
-// registers resource with the kubelet.
+// registers resource with the kubelet. The kubelet empties that directory when its
+// device manager starts, which may be after it answers: a socket that went is
+// served anew before the next try.
 func startDevicePlugin(t *testing.T, resourceName, cdiName string) {
 	t.Helper()
-	dir := pluginapi.DevicePluginPath
 	endpoint := fmt.Sprintf("shimd-e2e-%d.sock", os.Getpid())
-	sock := filepath.Join(dir, endpoint)
-	os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatalf("device plugin socket: %v", err)
-	}
-	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, &cdiDevicePlugin{cdiName: cdiName})
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Stop(); os.Remove(sock) })
+	sock := filepath.Join(pluginapi.DevicePluginPath, endpoint)
+	var servers []*grpc.Server
+	t.Cleanup(func() {
+		for _, srv := range servers {
+			srv.Stop()
+		}
+		os.Remove(sock)
+	})
 	Eventually(t, time.Minute, "device plugin registered with the kubelet", func() error {
+		if _, err := os.Stat(sock); err != nil {
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				return err
+			}
+			srv := grpc.NewServer()
+			pluginapi.RegisterDevicePluginServer(srv, &cdiDevicePlugin{cdiName: cdiName})
+			go srv.Serve(l)
+			servers = append(servers, srv)
+		}
 		conn, err := grpc.NewClient("unix://"+pluginapi.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return err
@@ -76,10 +85,16 @@ func startDevicePlugin(t *testing.T, resourceName, cdiName string) {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		if _, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 			Version: pluginapi.Version, Endpoint: endpoint, ResourceName: resourceName,
-		})
-		return err
+		}); err != nil {
+			return err
+		}
+		time.Sleep(time.Second) // the kubelet dials back; the socket must still be there
+		if _, err := os.Stat(sock); err != nil {
+			return fmt.Errorf("socket removed after registration: %w", err)
+		}
+		return nil
 	})
 }
 
