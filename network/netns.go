@@ -154,9 +154,9 @@ func loopbackUp(path string) error {
 
 // InterfaceStats are the counters of one interface of a pod.
 type InterfaceStats struct {
-	Name              string
-	RxBytes, RxErrors uint64
-	TxBytes, TxErrors uint64
+	Name                                    string
+	RxBytes, RxErrors, RxPackets, RxDropped uint64
+	TxBytes, TxErrors, TxPackets, TxDropped uint64
 }
 
 // Interfaces returns the counters of every non-loopback interface in the namespace.
@@ -172,8 +172,10 @@ func Interfaces(path string) ([]InterfaceStats, error) {
 			if a.Name == "lo" || a.Statistics == nil {
 				continue
 			}
-			out = append(out, InterfaceStats{Name: a.Name, RxBytes: a.Statistics.RxBytes, RxErrors: a.Statistics.RxErrors,
-				TxBytes: a.Statistics.TxBytes, TxErrors: a.Statistics.TxErrors})
+			st := a.Statistics
+			out = append(out, InterfaceStats{Name: a.Name,
+				RxBytes: st.RxBytes, RxErrors: st.RxErrors, RxPackets: st.RxPackets, RxDropped: st.RxDropped,
+				TxBytes: st.TxBytes, TxErrors: st.TxErrors, TxPackets: st.TxPackets, TxDropped: st.TxDropped})
 		}
 		return nil
 	})

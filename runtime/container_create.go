@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/containerd/nri/pkg/api"
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -22,10 +23,12 @@ import (
 
 // CreateContainer creates a container in a READY pod.
 //
-//  1. the sandbox must be READY (else FailedPrecondition); reserve the name
+//  1. the sandbox must be READY (else FailedPrecondition); the CDI devices asked
+//     for must resolve (else InvalidArgument); reserve the name
 //  2. resolve the image locally (never pull; absent -> NotFound)
 //  3. prepare the writable layer; resolve the user in it
-//  4. build the OCI spec (a pure function, package spec)
+//  4. build the OCI spec (a pure function, package spec); inject CDI devices (cdi.go);
+//     NRI plugins adjust it (nri.go)
 //  5. containerd container with the record; status CREATED
 func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := req.GetConfig()
@@ -34,6 +37,9 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkCDI(cfg); err != nil {
 		return nil, err
 	}
 	if sb.State() != sandbox.StateReady {
@@ -76,11 +82,14 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
 	if err := s.createContainer(cctx, c, sb, img, rt); err != nil {
+		// Plugins that saw it created hear it is gone.
+		s.nriContainerEvent(cctx, api.Event_REMOVE_CONTAINER, c)
 		return nil, err
 	}
 	s.containers.add(c)
 	log.G(ctx).Info("container created")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	s.nriContainerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)
 	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
 }
 
@@ -181,6 +190,12 @@ func (s *Service) containerSpec(ctx context.Context, c *Container, sb *sandbox.S
 	ociSpec, err := spec.Container(in)
 	if err != nil {
 		return nil, fmt.Errorf("container spec: %w", err)
+	}
+	if err := s.injectCDI(ociSpec, c.Config); err != nil {
+		return nil, err
+	}
+	if err := s.nriAdjust(ctx, c, sb, ociSpec); err != nil {
+		return nil, err
 	}
 	return ociSpec, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/record"
@@ -91,6 +92,7 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 	closeOnce(c)
 	log.G(ctx).WithField("exit_code", status).WithField("reason", reason).Info("container exited")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	s.nriContainerEvent(dctx, api.Event_STOP_CONTAINER, c)
 }
 
 // Resync finishes every RUNNING container whose task is gone or stopped: its exit

@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -46,6 +47,7 @@ func (s *Service) removeContainer(ctx context.Context, c *Container) error {
 	s.rates.forget(c.ID)
 	log.G(ctx).WithField("container", c.ID).Info("container removed")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
+	s.nriContainerEvent(ctx, api.Event_REMOVE_CONTAINER, c)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/sandbox"
@@ -35,7 +36,11 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
 	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
-	if err := s.startTask(cctx, c); err != nil {
+	err = s.nriStart(cctx, c)
+	if err == nil {
+		err = s.startTask(cctx, c)
+	}
+	if err != nil {
 		if sb.State() != sandbox.StateReady {
 			// The pod was stopped meanwhile (its namespaces are gone): not a runtime fault.
 			err = fmt.Errorf("sandbox %s stopped while container %s started: %v: %w", c.SandboxID, c.ID, err, errdefs.ErrFailedPrecondition)
@@ -57,6 +62,7 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	}
 	log.G(ctx).Info("container started")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	s.nriContainerEvent(cctx, api.Event_POST_START_CONTAINER, c)
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 

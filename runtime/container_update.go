@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -31,19 +32,40 @@ func (s *Service) UpdateContainerResources(ctx context.Context, req *runtimeapi.
 	if err := validateResources("linux", res, s.opts.Node); err != nil {
 		return nil, err
 	}
+	if s.nriOn() {
+		// NRI plugins may change what is applied.
+		sb, err := s.opts.Sandboxes.Get(c.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		adj, err := s.opts.NRI.UpdateContainer(ctx, s.nriPod(sb), nriContainer(c, s.nriSpec(ctx, c.ID)), s.nriResources(res))
+		if err != nil {
+			return nil, fmt.Errorf("NRI plugins refused the update of %s: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
+		}
+		res = fromNRIResources(adj, res)
+	}
+	if err := s.updateResources(ctx, c, res); err != nil {
+		return nil, err
+	}
+	s.nriContainerEvent(ctx, api.Event_POST_UPDATE_CONTAINER, c)
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+// updateResources applies and records new limits of a created or running container.
+func (s *Service) updateResources(ctx context.Context, c *Container, res *runtimeapi.LinuxContainerResources) error {
 	st := c.Status().State
 	if st != runtimeapi.ContainerState_CONTAINER_RUNNING && st != runtimeapi.ContainerState_CONTAINER_CREATED {
-		return nil, fmt.Errorf("container %s is %s: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("container %s is %s: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
 	if st == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		if err := s.checkMemoryLimit(ctx, c, res); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	linux := spec.Resources(res, s.opts.MinOOMScoreAdj)
 	cc, err := s.opts.Client.LoadContainer(ctx, c.ID)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := cc.Update(ctx, func(ctx context.Context, _ *client.Client, rec *containers.Container) error {
 		if err := spec.UpdateResources(rec, linux); err != nil {
@@ -54,17 +76,17 @@ func (s *Service) UpdateContainerResources(ctx context.Context, req *runtimeapi.
 		// The client's Update loses the class of a NotFound (it converts the error
 		// from gRPC twice): a container removed meanwhile is asked about directly.
 		if _, gerr := s.opts.Client.ContainerService().Get(ctx, c.ID); errdefs.IsNotFound(gerr) {
-			return nil, fmt.Errorf("container %s was removed: %v: %w", c.ID, err, errdefs.ErrNotFound)
+			return fmt.Errorf("container %s was removed: %v: %w", c.ID, err, errdefs.ErrNotFound)
 		}
-		return nil, fmt.Errorf("record resources of %s: %w", c.ID, err)
+		return fmt.Errorf("record resources of %s: %w", c.ID, err)
 	}
 	if st == runtimeapi.ContainerState_CONTAINER_RUNNING {
 		if err := s.updateTask(ctx, c, cc, linux); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	c.setResources(res)
-	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+	return nil
 }
 
 // checkMemoryLimit refuses, before anything is recorded, a memory limit below what

@@ -36,14 +36,20 @@
 // CreateContainer / StartContainer: the sandbox must be READY -> reserve the name ->
 // resolve the image locally -> prepare the writable layer under a lease and resolve the
 // user in it -> mount the pod's image volumes (container_image_volumes.go) -> build the
-// OCI spec (runtime/spec, a pure function) -> containerd container -> status CREATED.
+// OCI spec (runtime/spec, a pure function) -> inject the CDI devices asked for
+// (cdi.go; checked before anything is created) -> NRI plugins adjust the spec (nri.go)
+// -> containerd container -> status CREATED.
 // A create retried with the same name and config returns the first call's container.
 // Start: a task with its stdio FIFOs copied to the CRI log (started in the pod's
 // running shim) -> RUNNING; the event monitor sees the exit. A start that fails
 // because the pod stopped meanwhile is FailedPrecondition.
 //
 // Every lifecycle change of a container or sandbox is also published to
-// GetContainerEvents subscribers (container_events.go) with the pod's statuses.
+// GetContainerEvents subscribers (container_events.go) with the pod's statuses, and
+// told to NRI plugins (nri.go lists when, and which answers count).
+//
+// The CRI metrics RPCs (sandbox_metrics*.go) read the same cgroup, netns and
+// snapshot data as the stats RPCs and name them as cAdvisor does.
 //
 // Exec / Attach / PortForward: the RPC validates and returns a URL of the streaming
 // server (package streaming) and starts nothing; the kubelet connects to that URL; the

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 
+	"github.com/containerd/log"
+	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -30,6 +32,10 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	}
 	if sb != nil {
 		s.emitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, toSandboxStatus(sb))
+		s.nriStopped.Delete(sb.ID)
+		if err := s.nriPodEvent(ctx, api.Event_REMOVE_POD_SANDBOX, sb); err != nil {
+			log.G(ctx).WithError(err).Warn("NRI")
+		}
 	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }

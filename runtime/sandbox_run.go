@@ -15,6 +15,9 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err != nil {
 		return nil, err
 	}
+	if err := s.nriRunPod(ctx, id); err != nil {
+		return nil, err
+	}
 	// Under its own id, as containerd's CRI plugin reports a sandbox.
 	s.emit(id, id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	s.emit(id, id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 
+	"github.com/containerd/log"
+	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -22,6 +24,11 @@ func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	}
 	if sb != nil {
 		s.emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	}
+	if sb != nil && s.nriOn() && s.nriStopOnce(sb.ID) {
+		if err := s.nriPodEvent(ctx, api.Event_STOP_POD_SANDBOX, sb); err != nil {
+			log.G(ctx).WithError(err).Warn("NRI")
+		}
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }

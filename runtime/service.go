@@ -72,6 +72,10 @@ type Options struct {
 	StateDir string
 	// MinOOMScoreAdj is shimd's own oom_score_adj; no container gets less.
 	MinOOMScoreAdj int
+	// NRI relays to NRI plugins; nil: NRI is off (config key nri.enabled).
+	NRI NRIPlugins
+	// CDI resolves CDI devices; nil: CDI is off (config key cdi.enabled).
+	CDI CDIRegistry
 	// Namespace is shimd's containerd namespace.
 	Namespace string
 	// Node is what shimd learned about the node at start.
@@ -125,6 +129,7 @@ type Service struct {
 	streaming  StreamingServer // set once by SetStreaming before serving
 	events     eventHub        // GetContainerEvents subscribers
 	volumeMu   sync.Mutex      // held while an image volume is mounted
+	nriStopped sync.Map        // pod ids whose stop NRI plugins were told of
 	finishing  sync.WaitGroup  // exits being recorded (TaskExit); Close waits
 }
 

@@ -50,21 +50,31 @@ func (r *cpuRates) forget(id string) {
 	r.mu.Unlock()
 }
 
-// taskSample reads a task's cgroup metrics through containerd (works for v1 and v2).
-func (s *Service) taskSample(ctx context.Context, id string) (cgroupSample, error) {
+// taskCgroupMetrics reads a task's cgroup metrics through containerd: a
+// *v1.Metrics or a *v2.Metrics, and when they were read.
+func (s *Service) taskCgroupMetrics(ctx context.Context, id string) (any, time.Time, error) {
 	_, task, err := record.LoadTask(ctx, s.opts.Client, id)
 	if err != nil {
-		return cgroupSample{}, err
+		return nil, time.Time{}, err
 	}
 	m, err := task.Metrics(ctx)
 	if err != nil {
-		return cgroupSample{}, err
+		return nil, time.Time{}, err
 	}
 	data, err := typeurl.UnmarshalAny(m.Data)
 	if err != nil {
-		return cgroupSample{}, fmt.Errorf("decode metrics of %s: %w", id, err)
+		return nil, time.Time{}, fmt.Errorf("decode metrics of %s: %w", id, err)
 	}
-	out := cgroupSample{at: m.Timestamp.AsTime()}
+	return data, m.Timestamp.AsTime(), nil
+}
+
+// taskSample reads a task's cgroup metrics through containerd (works for v1 and v2).
+func (s *Service) taskSample(ctx context.Context, id string) (cgroupSample, error) {
+	data, at, err := s.taskCgroupMetrics(ctx, id)
+	if err != nil {
+		return cgroupSample{}, err
+	}
+	out := cgroupSample{at: at}
 	switch d := data.(type) {
 	case *v1.Metrics:
 		out.cpuNanos = d.GetCPU().GetUsage().GetTotal()

@@ -40,6 +40,8 @@ type Config struct {
 	Registry   RegistryConfig           `toml:"registry"`
 	Debug      DebugConfig              `toml:"debug"`
 	Metrics    MetricsConfig            `toml:"metrics"`
+	CDI        CDIConfig                `toml:"cdi"`
+	NRI        NRIConfig                `toml:"nri"`
 }
 
 // ContainerdConfig says where containerd is and which namespace is ours.
@@ -101,6 +103,32 @@ type MetricsConfig struct {
 	Address string `toml:"address"`
 }
 
+// CDIConfig configures the Container Device Interface.
+type CDIConfig struct {
+	// Enabled turns CDI device injection on.
+	Enabled bool `toml:"enabled"`
+	// SpecDirs are the directories of CDI spec files, in increasing priority; shimd
+	// watches them.
+	SpecDirs []string `toml:"spec_dirs"`
+}
+
+// NRIConfig configures Node Resource Interface plugins.
+type NRIConfig struct {
+	// Enabled turns NRI on.
+	Enabled bool `toml:"enabled"`
+	// SocketPath is where external plugins connect.
+	SocketPath string `toml:"socket_path"`
+	// PluginPath holds plugins shimd starts itself; PluginConfigPath their config.
+	PluginPath       string `toml:"plugin_path"`
+	PluginConfigPath string `toml:"plugin_config_path"`
+	// DisableConnections refuses plugins that connect to the socket by themselves.
+	DisableConnections bool `toml:"disable_connections"`
+	// PluginRegistrationTimeout and PluginRequestTimeout bound a plugin's
+	// registration and each request to it.
+	PluginRegistrationTimeout Duration `toml:"plugin_registration_timeout"`
+	PluginRequestTimeout      Duration `toml:"plugin_request_timeout"`
+}
+
 // RegistryConfig configures image pulls.
 type RegistryConfig struct {
 	// ConfigPath is a directory of hosts.toml files in containerd's format.
@@ -149,6 +177,11 @@ func DefaultConfig() Config {
 		},
 		Streaming: StreamingConfig{Address: "127.0.0.1"},
 		Registry:  RegistryConfig{PullProgressTimeout: Duration(5 * time.Minute)},
+		CDI:       CDIConfig{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
+		NRI: NRIConfig{
+			Enabled: true, SocketPath: "/run/shimd/nri/nri.sock", PluginPath: "/opt/nri/plugins", PluginConfigPath: "/etc/nri/conf.d",
+			PluginRegistrationTimeout: Duration(5 * time.Second), PluginRequestTimeout: Duration(2 * time.Second),
+		},
 	}
 }
 
@@ -199,6 +232,17 @@ func (c *Config) Validate() error {
 		if !filepath.IsAbs(d) {
 			return fmt.Errorf("config key cni.bin_dirs[%d]: must be an absolute path, got %q", i, d)
 		}
+	}
+	for i, d := range c.CDI.SpecDirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("config key cdi.spec_dirs[%d]: must be an absolute path, got %q", i, d)
+		}
+	}
+	if c.CDI.Enabled && len(c.CDI.SpecDirs) == 0 {
+		return errors.New("config key cdi.spec_dirs: must not be empty while cdi.enabled is true (set cdi.enabled = false to turn CDI off)")
+	}
+	if err := c.NRI.validate(); err != nil {
+		return err
 	}
 	if c.Registry.ConfigPath != "" && !filepath.IsAbs(c.Registry.ConfigPath) {
 		return fmt.Errorf("config key registry.config_path: must be an absolute path, got %q", c.Registry.ConfigPath)
@@ -292,6 +336,27 @@ func (c *Config) validateStreamingAndDebug() error {
 			if host, _, err := net.SplitHostPort(a); err != nil || net.ParseIP(host) == nil {
 				return fmt.Errorf("config key %s: %q is neither an absolute unix socket path nor IP:port (e.g. \"127.0.0.1:9101\"; \"\" turns it off)", k, a)
 			}
+		}
+	}
+	return nil
+}
+
+func (n *NRIConfig) validate() error {
+	paths := map[string]string{"nri.socket_path": n.SocketPath, "nri.plugin_path": n.PluginPath, "nri.plugin_config_path": n.PluginConfigPath}
+	for _, k := range sortedKeys(paths) {
+		if v := paths[k]; v != "" && !filepath.IsAbs(v) {
+			return fmt.Errorf("config key %s: must be an absolute path, got %q", k, v)
+		}
+	}
+	if n.Enabled && !n.DisableConnections && n.SocketPath == "" {
+		return errors.New("config key nri.socket_path: must be set while nri.enabled is true (or set nri.disable_connections = true)")
+	}
+	if len(n.SocketPath) > 100 {
+		return fmt.Errorf("config key nri.socket_path: %q is too long for a unix socket", n.SocketPath)
+	}
+	for k, d := range map[string]Duration{"nri.plugin_registration_timeout": n.PluginRegistrationTimeout, "nri.plugin_request_timeout": n.PluginRequestTimeout} {
+		if d <= 0 {
+			return fmt.Errorf("config key %s: must be positive, got %s", k, time.Duration(d))
 		}
 	}
 	return nil

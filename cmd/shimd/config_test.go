@@ -63,6 +63,23 @@ func TestLoadConfig(t *testing.T) {
 			require.Equal(t, "127.0.0.1:9101", c.Metrics.Address)
 		}},
 		{name: "type mismatch", file: "[streaming]\nport = \"x\"\n", wantErr: "port"},
+		{name: "cdi spec dirs replace the defaults", file: "[cdi]\nspec_dirs = [\"/x/cdi\"]\n", check: func(t *testing.T, c Config) {
+			require.True(t, c.CDI.Enabled)
+			require.Equal(t, []string{"/x/cdi"}, c.CDI.SpecDirs)
+		}},
+		{name: "cdi off", file: "[cdi]\nenabled = false\nspec_dirs = []\n", check: func(t *testing.T, c Config) {
+			require.False(t, c.CDI.Enabled)
+		}},
+		{name: "cdi relative spec dir", file: "[cdi]\nspec_dirs = [\"cdi\"]\n", wantErr: "config key cdi.spec_dirs[0]"},
+		{name: "cdi on without spec dirs", file: "[cdi]\nspec_dirs = []\n", wantErr: "config key cdi.spec_dirs"},
+		{name: "nri", file: "[nri]\nsocket_path = \"/x/nri.sock\"\nplugin_request_timeout = \"500ms\"\n", check: func(t *testing.T, c Config) {
+			require.True(t, c.NRI.Enabled)
+			require.Equal(t, "/x/nri.sock", c.NRI.SocketPath)
+			require.Equal(t, Duration(500*time.Millisecond), c.NRI.PluginRequestTimeout)
+			require.Equal(t, Duration(5*time.Second), c.NRI.PluginRegistrationTimeout)
+		}},
+		{name: "nri relative plugin path", file: "[nri]\nplugin_path = \"plugins\"\n", wantErr: "config key nri.plugin_path"},
+		{name: "nri zero timeout", file: "[nri]\nplugin_request_timeout = \"0s\"\n", wantErr: "config key nri.plugin_request_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

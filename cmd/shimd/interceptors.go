@@ -27,6 +27,10 @@ var readOnlyRPCs = map[string]bool{
 	"ListMetricDescriptors": true, "ListPodSandboxMetrics": true, "GetContainerEvents": true,
 }
 
+// answersDuringRecovery are the RPCs that need no recovered state: Version, and
+// ListMetricDescriptors, which the kubelet asks once when it starts.
+var answersDuringRecovery = map[string]bool{"Version": true, "ListMetricDescriptors": true}
+
 // unaryInterceptor gives each call a request id and a logger, refuses calls until
 // recovery is done, turns panics into Internal, maps errdefs classes to gRPC codes
 // in this one place, and records the call's metrics.
@@ -55,7 +59,7 @@ func unaryInterceptor(ready *atomic.Bool, m *metrics) grpc.UnaryServerIntercepto
 				e.Info("done")
 			}
 		}()
-		if !ready.Load() && rpc != "Version" {
+		if !ready.Load() && !answersDuringRecovery[rpc] {
 			return nil, status.Error(codes.Unavailable, "shimd is recovering its state; try again shortly")
 		}
 		return handler(ctx, req)

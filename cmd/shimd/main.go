@@ -23,6 +23,7 @@ import (
 
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
+	"github.com/shimd/shimd/nri"
 	"github.com/shimd/shimd/runtime"
 	"github.com/shimd/shimd/sandbox"
 	"github.com/shimd/shimd/sandbox/pause"
@@ -187,6 +188,9 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	var isReady atomic.Bool
 	srv := newGRPCServer(&isReady, m, w.runtime, w.images)
 
+	if w.nri != nil {
+		defer w.nri.Stop() // after the background work of 6 has stopped
+	}
 	// 6.: cancelled and waited for before the services close.
 	bgCtx, cancelBg := context.WithCancel(ctx)
 	var bg sync.WaitGroup
@@ -194,6 +198,7 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	bg.Go(func() { w.events.Run(bgCtx) })
 	bg.Go(func() {
 		recoverUntilDone(bgCtx, func(d time.Duration) {
+			startNRI(ctx, w.nri) // plugins synchronize with the recovered pods
 			isReady.Store(true)
 			m.recovery.Set(d.Seconds())
 			ready(d)
@@ -213,6 +218,7 @@ type wiring struct {
 	sandboxes *sandbox.Manager
 	runtime   *runtime.Service
 	images    *image.Service
+	nri       *nri.NRI // nil: NRI is off
 	events    *taskevents.Monitor
 }
 
@@ -257,11 +263,20 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	if err != nil {
 		return wiring{}, err
 	}
-	rs := runtime.New(runtime.Options{
+	cdiRegistry, err := newCDI(cfg.CDI)
+	if err != nil {
+		return wiring{}, err
+	}
+	var rs *runtime.Service
+	plugins, err := newNRI(cfg.NRI, cdiRegistry, func() *runtime.Service { return rs })
+	if err != nil {
+		return wiring{}, err
+	}
+	rs = runtime.New(runtime.Options{
 		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: cfgJSON,
 		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM,
-		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(featureBins), PauseImage: pauseRef,
+		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(featureBins), PauseImage: pauseRef, CDI: cdiRegistry,
 	})
 	// One event monitor for all tasks. A pause process's exit makes its sandbox
 	// NOTREADY before the runtime service publishes it; after a resubscription the
@@ -272,7 +287,12 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		OOM:    []taskevents.OOMHandler{rs.TaskOOM},
 		Resync: []func(context.Context){sandboxes.Resync, rs.Resync, sandboxes.SweepLive},
 	})
-	return wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events}, nil
+	w := wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events}
+	if plugins != nil {
+		rs.SetNRI(plugins)
+		w.nri = plugins
+	}
+	return w, nil
 }
 
 // nodeInfo reads what containers' specs depend on about this node and the features

@@ -85,3 +85,20 @@ shimd_containers{state="CONTAINER_RUNNING"} 1
 shimd_containers{state="CONTAINER_UNKNOWN"} 0
 `), "shimd_containers"))
 }
+
+// During recovery only Version and ListMetricDescriptors (which the kubelet asks
+// once, at its start) are answered.
+func TestInterceptorDuringRecovery(t *testing.T) {
+	var ready atomic.Bool
+	icpt := unaryInterceptor(&ready, newMetrics())
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	for rpc, answered := range map[string]bool{"Version": true, "ListMetricDescriptors": true, "ListPodSandboxMetrics": false, "RunPodSandbox": false} {
+		resp, err := icpt(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/runtime.v1.RuntimeService/" + rpc}, ok)
+		if answered {
+			require.NoError(t, err, rpc)
+			require.Equal(t, "ok", resp, rpc)
+		} else {
+			require.Error(t, err, rpc)
+		}
+	}
+}

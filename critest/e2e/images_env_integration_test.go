@@ -32,6 +32,7 @@ func imageEnv(t *testing.T, opts harness.Options) (*harness.Env, *harness.Regist
 
 func pull(t *testing.T, env *harness.Env, ref string) string {
 	t.Helper()
+	waitReady(t, env.Shimd.Runtime(t)) // harness.New waits for Version only
 	resp, err := env.Shimd.Images(t).PullImage(ctxT(t, 5*time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.ImageRef)

@@ -35,7 +35,9 @@ type ShimdOptions struct {
 	RuncRoot string
 	// ExtraConfig is raw TOML placed after the top-level keys and before the
 	// [containerd] table: top-level keys and new tables both work. It must not
-	// repeat a key or table the harness writes.
+	// repeat a key or table the harness writes, except [cdi] and [nri]: with one
+	// there, the harness leaves out its own (a private spec dir, CDISpecDir; a
+	// private socket and plugin dir, NRISocket and NRIPluginDir).
 	ExtraConfig string
 	// NoCNIConfig leaves the CNI conf dir empty (for NetworkReady=false
 	// tests). StartShimd never writes a network itself; New honours this.
@@ -83,7 +85,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 		dir = NewBaseDir(t)
 	}
 	s := &Shimd{dir: dir, ns: or(opts.Namespace, "shimd"), cfgPath: filepath.Join(dir, "shimd.toml"), crictl: tools.Crictl}
-	for _, d := range []string{s.CNIConfDir(), s.CNICacheDir()} {
+	for _, d := range []string{s.CNIConfDir(), s.CNICacheDir(), s.CDISpecDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("harness: %v", err)
 		}
@@ -141,6 +143,15 @@ func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string, cniBinD
 	}
 	fmt.Fprintf(&b, "[cni]\nconf_dir = %s\nbin_dirs = [%s]\ncache_dir = %s\n\n",
 		q(s.CNIConfDir()), strings.Join(bins, ", "), q(s.CNICacheDir()))
+	if !strings.Contains(extra, "[nri]") {
+		// Never the host's NRI socket or plugins: private, initially empty ones.
+		fmt.Fprintf(&b, "[nri]\nsocket_path = %s\nplugin_path = %s\nplugin_config_path = %s\n\n",
+			q(s.NRISocket()), q(s.NRIPluginDir()), q(s.NRIConfigDir()))
+	}
+	if !strings.Contains(extra, "[cdi]") {
+		// Never the host's /etc/cdi: a private, initially empty spec dir.
+		fmt.Fprintf(&b, "[cdi]\nspec_dirs = [%s]\n\n", q(s.CDISpecDir()))
+	}
 	fmt.Fprintf(&b, "[runtimes.runc]\ntype = %s\nbinary_name = %s\n", q("io.containerd.runc.v2"), q(runc))
 	if runcRoot != "" {
 		fmt.Fprintf(&b, "root = %s\n", q(runcRoot))
@@ -168,6 +179,20 @@ func (s *Shimd) Namespace() string { return s.ns }
 
 // CNIConfDir is the CNI conf_dir; write a network there with WriteCNIConfig.
 func (s *Shimd) CNIConfDir() string { return filepath.Join(s.dir, "net.d") }
+
+// CDISpecDir is shimd's only CDI spec directory (cdi.spec_dirs), empty at start,
+// unless ShimdOptions.ExtraConfig has a [cdi] table of its own.
+func (s *Shimd) CDISpecDir() string { return filepath.Join(s.dir, "cdi") }
+
+// NRISocket is where NRI plugins connect to shimd (nri.socket_path), and
+// NRIPluginDir the directory of plugins shimd starts (nri.plugin_path), unless
+// ShimdOptions.ExtraConfig has an [nri] table of its own.
+func (s *Shimd) NRISocket() string    { return filepath.Join(s.dir, "nri.sock") }
+func (s *Shimd) NRIPluginDir() string { return filepath.Join(s.dir, "nri-plugins") }
+
+// NRIConfigDir holds the configuration of the plugins in NRIPluginDir
+// (nri.plugin_config_path): <idx>-<name>.conf.
+func (s *Shimd) NRIConfigDir() string { return filepath.Join(s.dir, "nri-conf.d") }
 
 // CNICacheDir is the CNI cache_dir.
 func (s *Shimd) CNICacheDir() string { return filepath.Join(s.dir, "cni-cache") }

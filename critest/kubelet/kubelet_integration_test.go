@@ -56,6 +56,13 @@ func TestKubeletBetaFeatures(t *testing.T) {
 	}
 }
 
+// TestKubeletStatsFromCRI runs the same steps with the kubelet's
+// PodAndContainerStatsFromCRI on: /stats/summary comes from the CRI stats RPCs and
+// /metrics/cadvisor from ListMetricDescriptors and ListPodSandboxMetrics.
+func TestKubeletStatsFromCRI(t *testing.T) {
+	runKubelet(t, map[string]bool{"PodAndContainerStatsFromCRI": true})
+}
+
 func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 	if os.Geteuid() != 0 {
 		t.Skip("the kubelet e2e test needs root")
@@ -108,6 +115,9 @@ func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 	t.Run("4_logs_and_rotation", s.stepLogs)
 	t.Run("5_exec_and_portforward", s.stepStreaming)
 	t.Run("5b_stats_summary", s.stepStats)
+	if gates["PodAndContainerStatsFromCRI"] {
+		t.Run("5c_metrics_cadvisor", s.stepCadvisorMetrics)
+	}
 	t.Run("6_kill9_shimd_and_restart_kubelet", s.stepRestart)
 	t.Run("7_remove_manifests_teardown", s.stepTeardown)
 	return s
@@ -263,6 +273,58 @@ func (s *e2e) stepStats(t *testing.T) {
 	if last.Network == nil || len(last.Network.Interfaces) == 0 {
 		t.Logf("note: no pod network stats in the summary")
 	}
+}
+
+// Step 5c (PodAndContainerStatsFromCRI): the kubelet's /metrics/cadvisor shows pod
+// share's containers' CPU and memory and the pod's network, from shimd's CRI
+// metrics.
+func (s *e2e) stepCadvisorMetrics(t *testing.T) {
+	pod := fmt.Sprintf("pod=%q", s.k.MirrorName("share"))
+	want := []struct {
+		name     string
+		labels   []string
+		positive bool // CPU seconds of an idle container are a whole 0
+	}{
+		{"container_cpu_usage_seconds_total", []string{pod, `container="writer"`}, false},
+		{"container_memory_working_set_bytes", []string{pod, `container="reader"`}, true},
+		{"container_network_receive_bytes_total", []string{pod, `interface="eth0"`}, true},
+		{"container_start_time_seconds", []string{pod, `container="writer"`}, true},
+	}
+	Eventually(t, 90*time.Second, "pod share in /metrics/cadvisor", func() error {
+		body, err := s.k.Get("/metrics/cadvisor")
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for _, w := range want {
+			if !hasSample(string(body), w.name, w.labels, w.positive) {
+				missing = append(missing, w.name)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("missing %v", missing)
+		}
+		return nil
+	})
+}
+
+// hasSample tells whether a Prometheus text exposition has a sample of name with
+// all the given label pairs (and, if positive, a value above zero).
+func hasSample(body, name string, labels []string, positive bool) bool {
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		f := strings.Fields(line[strings.LastIndex(line, "}")+1:])
+		if ok && len(f) > 0 && (!positive || f[0] != "0") {
+			return true
+		}
+	}
+	return false
 }
 
 // Step 2: the liveness probe fails on the first two starts: the kubelet

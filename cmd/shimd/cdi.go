@@ -1,0 +1,28 @@
+package main
+
+import (
+	"github.com/containerd/log"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/shimd/shimd/runtime"
+)
+
+// newCDI makes the CDI registry of config section [cdi]: a cache of the spec files in
+// cdi.spec_dirs that watches them (fsnotify) and refreshes on change. nil when CDI is
+// off.
+func newCDI(cfg CDIConfig) (runtime.CDIRegistry, error) {
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(cfg.SpecDirs...), cdi.WithAutoRefresh(true))
+	if err != nil {
+		return nil, err
+	}
+	for path, errs := range cache.GetErrors() {
+		for _, e := range errs {
+			log.L.WithError(e).WithField("file", path).Warn("CDI spec file")
+		}
+	}
+	log.L.WithField("dirs", cfg.SpecDirs).WithField("devices", len(cache.ListDevices())).Info("CDI devices")
+	return cache, nil
+}
