@@ -8,15 +8,15 @@ import (
 )
 
 // newCDI makes the CDI registry of config section [cdi]: a cache of the spec files in
-// cdi.spec_dirs that watches them (fsnotify) and refreshes on change. nil when CDI is
-// off.
-func newCDI(cfg CDIConfig) (runtime.CDIRegistry, error) {
+// cdi.spec_dirs that watches them (fsnotify) and refreshes on change, and the func that
+// stops the watch (at shutdown). nil when CDI is off.
+func newCDI(cfg CDIConfig) (runtime.CDIRegistry, func(), error) {
 	if !cfg.Enabled {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(cfg.SpecDirs...), cdi.WithAutoRefresh(true))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for path, errs := range cache.GetErrors() {
 		for _, e := range errs {
@@ -24,5 +24,8 @@ func newCDI(cfg CDIConfig) (runtime.CDIRegistry, error) {
 		}
 	}
 	log.L.WithField("dirs", cfg.SpecDirs).WithField("devices", len(cache.ListDevices())).Info("CDI devices")
-	return cache, nil
+	// The library stops its watch (goroutines and inotify descriptor) when
+	// reconfigured without auto-refresh.
+	stop := func() { _ = cache.Configure(cdi.WithAutoRefresh(false)) }
+	return cache, stop, nil
 }

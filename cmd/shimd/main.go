@@ -164,6 +164,7 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	if err != nil {
 		return err
 	}
+	defer w.stopCDI()
 	defer w.runtime.Close()
 	defer w.sandboxes.Close()
 	m.reg.MustRegister(newStateCollector(w.runtime, cl.IsServing))
@@ -220,6 +221,7 @@ type wiring struct {
 	images    *image.Service
 	nri       *nri.NRI // nil: NRI is off
 	events    *taskevents.Monitor
+	stopCDI   func() // ends the CDI spec dirs' watch
 }
 
 // The runtime service reaches sandboxes only through its interface.
@@ -263,13 +265,14 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	if err != nil {
 		return wiring{}, err
 	}
-	cdiRegistry, err := newCDI(cfg.CDI)
+	cdiRegistry, stopCDI, err := newCDI(cfg.CDI)
 	if err != nil {
 		return wiring{}, err
 	}
 	var rs *runtime.Service
 	plugins, err := newNRI(cfg.NRI, cdiRegistry, func() *runtime.Service { return rs })
 	if err != nil {
+		stopCDI()
 		return wiring{}, err
 	}
 	rs = runtime.New(runtime.Options{
@@ -287,7 +290,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		OOM:    []taskevents.OOMHandler{rs.TaskOOM},
 		Resync: []func(context.Context){sandboxes.Resync, rs.Resync, sandboxes.SweepLive},
 	})
-	w := wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events}
+	w := wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events, stopCDI: stopCDI}
 	if plugins != nil {
 		rs.SetNRI(plugins)
 		w.nri = plugins
