@@ -57,29 +57,34 @@ func (s *Service) stopContainer(ctx context.Context, c *Container, grace time.Du
 	if err := s.signal(ctx, c, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
 		// The container may have exited while the kill was on its way: its shim then
 		// goes away under the call ("ttrpc: closed"). Its exit settles that.
-		select {
-		case <-c.exited:
-			return nil
-		case <-time.After(2 * time.Second):
-		}
-		s.Resync(ctx)
-		if c.Status().State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		if exited, _ := s.waitExit(ctx, c, 2*time.Second); exited {
 			return nil
 		}
 		return fmt.Errorf("kill container %s: %w", c.ID, err)
 	}
+	exited, err := s.waitExit(ctx, c, 30*time.Second)
+	switch {
+	case err != nil:
+		return err
+	case !exited:
+		return fmt.Errorf("container %s did not exit after SIGKILL: %w", c.ID, errdefs.ErrUnavailable)
+	}
+	log.G(ctx).Info("container stopped")
+	return nil
+}
+
+// waitExit waits up to d for the container's exit. If none is seen (the event may
+// have been lost), it reads the container's own task and records an exit it finds.
+func (s *Service) waitExit(ctx context.Context, c *Container, d time.Duration) (bool, error) {
 	select {
 	case <-c.exited:
-		log.G(ctx).Info("container stopped")
-		return nil
-	case <-time.After(30 * time.Second):
-		// The exit event may have been lost: read the task state ourselves.
-		s.Resync(ctx)
-		if c.Status().State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			return nil
-		}
-		return fmt.Errorf("container %s did not exit after SIGKILL: %w", c.ID, errdefs.ErrUnavailable)
+		return true, nil
+	case <-time.After(d):
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
+	if code, at, running, err := s.taskState(ctx, c.ID); err == nil && !running {
+		s.finish(ctx, c, code, at)
+	}
+	return c.Status().State == runtimeapi.ContainerState_CONTAINER_EXITED, nil
 }

@@ -26,14 +26,8 @@ import (
 // kube-proxy runs), inside the test range like the pods'.
 const ServiceRange = "198.19.240.0/24"
 
-// Binary is a control-plane binary hack/tools.sh cluster builds into the tools dir.
-func Binary(name string) string {
-	dir := os.Getenv("SHIMD_TOOLS")
-	if dir == "" {
-		dir = harness.DefaultToolsDir
-	}
-	return filepath.Join(dir, "bin", name)
-}
+// Binary is a control-plane binary hack/tools.sh builds beside the kubelet.
+func Binary(name string) string { return filepath.Join(filepath.Dir(kubelet.Binary()), name) }
 
 // Binaries are the programs a cluster needs besides the kubelet.
 var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
