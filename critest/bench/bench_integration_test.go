@@ -76,7 +76,11 @@ func newPairOn(b *testing.B, handler string) *pair {
 	env, criRT, cdIS := startCRIOn(b, hosts, runsc)
 	// shimd in the same base dir: same containerd, same CNI conf dir (hence
 	// the same bridge and IPAM data dir), its own runc root.
+	// A namespace of its own, so that its /<namespace> cgroup parents go with it.
+	ns := fmt.Sprintf("shimd-bench%d", os.Getpid())
+	b.Cleanup(func() { harness.RemoveEmptyCgroups(ns) })
 	shimd := harness.StartShimd(b, harness.ShimdOptions{
+		Namespace:         ns,
 		ContainerdAddress: env.Containerd.Address(),
 		Dir:               env.Base,
 		RuncRoot:          filepath.Join(env.Base, "runc"),
@@ -86,7 +90,7 @@ func newPairOn(b *testing.B, handler string) *pair {
 	// Registered after StartShimd, so it runs while shimd is still up.
 	b.Cleanup(func() {
 		harness.AssertNoLeaks(b, harness.LeakCheck{
-			Containerd: env.Containerd, Namespace: "shimd", Shimd: shimd, CNI: env.CNI,
+			Containerd: env.Containerd, Namespace: ns, Shimd: shimd, CNI: env.CNI,
 			MountRoots: []string{env.Base},
 		})
 	})
