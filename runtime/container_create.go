@@ -166,7 +166,7 @@ func (s *Service) containerSpec(ctx context.Context, c *Container, sb *sandbox.S
 	in := spec.Input{
 		ID: c.ID, Namespace: s.opts.Namespace, SandboxID: sb.ID, Config: c.Config, SandboxConfig: sb.Config,
 		Image: img.Config.Config, ImageName: c.ImageName, User: user,
-		SandboxPID: sb.PID, NetNSPath: sb.NetNSPath,
+		SandboxPID: sb.PID, NetNSPath: sb.NetNSPath, Pauseless: sb.Pauseless, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
 		HostnamePath: files.Hostname, HostsPath: files.Hosts, ResolvConfPath: files.ResolvConf, ShmPath: files.Shm,
 		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj,
 		CgroupsPath:             sandbox.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
@@ -181,7 +181,7 @@ func (s *Service) containerSpec(ctx context.Context, c *Container, sb *sandbox.S
 			return nil, fmt.Errorf("target container %s is not running: %w", target.ID, errdefs.ErrFailedPrecondition)
 		}
 	}
-	if in.SandboxPID == 0 {
+	if in.SandboxPID == 0 && !sb.Pauseless {
 		return nil, fmt.Errorf("sandbox %s has no running pause process: %w", sb.ID, errdefs.ErrFailedPrecondition)
 	}
 	if err := s.loadSpecFiles(ctx, c, &in); err != nil {

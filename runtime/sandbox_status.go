@@ -19,18 +19,26 @@ func (s *Service) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandb
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: toSandboxStatus(sb)}
 	if req.GetVerbose() {
 		overhead, resources := sb.PodResources()
-		info, err := json.Marshal(map[string]any{
+		info := map[string]any{
 			"netNamespacePath": sb.NetNSPath,
 			"runtimeHandler":   sb.RuntimeHandler,
 			"config":           sb.Config,
 			"image":            s.opts.PauseImage,
 			"overhead":         overhead,
 			"resources":        resources,
-		})
+			"pid":              sb.PID,
+		}
+		if sb.Pauseless {
+			// No pause container: its namespaces are pinned (sandbox/pauseless.go).
+			delete(info, "image")
+			info["pauseless"] = true
+			info["ipcNamespacePath"], info["utsNamespacePath"] = sb.IPCNSPath, sb.UTSNSPath
+		}
+		infoJSON, err := json.Marshal(info)
 		if err != nil {
 			return nil, err
 		}
-		resp.Info = map[string]string{"info": string(info)}
+		resp.Info = map[string]string{"info": string(infoJSON)}
 	}
 	return resp, nil
 }

@@ -38,6 +38,9 @@ type Runtime struct {
 	// GVisor is set for gVisor's runsc shim: the pod's network stack lives in its
 	// sandbox, which runsc reaches (port forwarding).
 	GVisor *network.Runsc
+	// PauseOptional: runc's shim with an OCI runtime of the host's kernel; its pods
+	// may run without a pause container (pauseless.go).
+	PauseOptional bool
 }
 
 // Options configures a Manager.
@@ -55,6 +58,9 @@ type Options struct {
 	Network           Network
 	PauseImage        PauseImages
 	PauseImageRef     string
+	// PauseWhenNeeded: pods that need no pause container get none (sandbox.pause =
+	// "when-needed", pauseless.go).
+	PauseWhenNeeded bool
 	// MinOOMScoreAdj is shimd's own oom_score_adj; nothing is given less.
 	MinOOMScoreAdj int
 	// CleanupTimeout bounds undo and teardown work detached from a request.

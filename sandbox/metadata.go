@@ -39,6 +39,8 @@ type sandboxRecord struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	NetNSPath      string          `json:"netns_path,omitempty"`
 	IPs            []string        `json:"ips,omitempty"`
+	// Pauseless: the pod runs without a pause process (pauseless.go).
+	Pauseless bool `json:"pauseless,omitempty"`
 	// Overhead and Resources are the pod-level limits of the last
 	// UpdatePodSandboxResources (protojson of LinuxContainerResources).
 	Overhead  json.RawMessage `json:"overhead,omitempty"`
@@ -54,7 +56,7 @@ func encodeRecord(sb *Sandbox) (sandboxRecord, error) {
 	}
 	rec := sandboxRecord{
 		Version: recordVersion, Name: sb.Name, Config: cfg, RuntimeHandler: sb.RuntimeHandler,
-		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs,
+		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs, Pauseless: sb.Pauseless,
 	}
 	overhead, resources := sb.PodResources()
 	if rec.Overhead, err = record.MarshalProto(overhead); err != nil {
@@ -75,7 +77,8 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 	}
 	sb := &Sandbox{
 		ID: c.ID, Name: rec.Name, Config: cfg, RuntimeHandler: rec.RuntimeHandler,
-		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, state: StateNotReady,
+		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, Pauseless: rec.Pauseless,
+		state: StateNotReady,
 	}
 	var err error
 	if sb.overhead, err = record.UnmarshalProto(rec.Overhead, newResources); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/log"
@@ -25,6 +26,9 @@ import (
 //     orphan of a Run that died before step 2, and is removed.
 //   - A sandbox whose pause task runs is READY; otherwise NOTREADY. One whose netns is
 //     gone (or that uses the host network and has no task) was stopped.
+//   - A pause-less pod (pauseless.go) is READY while its running marker and every
+//     pinned namespace (<state>/{netns,ipcns,utsns}/<id>) are there; without the
+//     marker it was stopped. Pins of no known sandbox are orphans and are removed.
 //
 // Recover must finish before any RPC is served.
 func (m *Manager) Recover(ctx context.Context) error {
@@ -41,12 +45,19 @@ func (m *Manager) Recover(ctx context.Context) error {
 			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Error("unreadable sandbox record: left in place")
 			continue
 		}
+		m.setPinPaths(sb)
 		if c.Labels[LabelPhase] != PhaseCreated {
 			log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation was interrupted")
 			if err := m.destroy(ctx, sb); err != nil {
 				log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
 			}
 			delete(known, c.ID)
+			continue
+		}
+		if sb.Pauseless {
+			m.recoverPauseless(sb)
+			m.store.add(sb)
+			recovered[sb.ID] = sb
 			continue
 		}
 		if pid, _ := m.pauseState(ctx, sb.ID); pid != 0 {
@@ -98,6 +109,7 @@ func (m *Manager) SweepLive(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		m.setPinPaths(sb)
 		log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation failed while containerd was away")
 		if err := m.destroy(ctx, sb); err != nil {
 			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
@@ -126,7 +138,8 @@ func (m *Manager) sweep(ctx context.Context, live bool) error {
 
 // removeOrphans deletes per-sandbox resources that belong to no known sandbox.
 func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
-	for _, dir := range []string{m.netnsDir(), m.usernsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")} {
+	pinDirs := []string{m.usernsDir(), filepath.Dir(m.ipcnsPath("x")), filepath.Dir(m.utsnsPath("x"))}
+	for _, dir := range append([]string{m.netnsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")}, pinDirs...) {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			id := e.Name()
@@ -140,7 +153,8 @@ func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
 				_ = m.opts.Network.Teardown(ctx, network.Attachment{ID: id})
 				_ = network.RemoveNetNS(filepath.Join(dir, id))
 				continue
-			case m.usernsDir():
+			}
+			if slices.Contains(pinDirs, dir) {
 				_ = network.RemoveNetNS(filepath.Join(dir, id))
 				continue
 			}

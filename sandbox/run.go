@@ -62,6 +62,8 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	if !sb.HostNetwork() {
 		sb.NetNSPath = network.NetNSPath(m.netnsDir(), sb.ID)
 	}
+	sb.Pauseless = m.pauseless(cfg, rt)
+	m.setPinPaths(sb)
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID))
 	m.running.Store(sb.ID, true)
 	defer m.running.Delete(sb.ID) // after the undo below
@@ -73,6 +75,12 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 			undo.run(cctx, "sandbox "+sb.ID)
 		}
 	}()
+	if sb.Pauseless {
+		if err := m.runPauseless(ctx, sb, rt, &undo); err != nil {
+			return nil, err
+		}
+		return sb, nil
+	}
 
 	t0 := time.Now()
 	container, err := m.createPauseContainer(ctx, sb, rt)
@@ -145,6 +153,49 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	return sb, nil
 }
 
+// runPauseless is run's recipe for a pod without a pause process (pauseless.go):
+//
+//  1. containerd container, phase "creating": the durable intent record
+//  2. pod files: hostname, hosts, resolv.conf, /dev/shm
+//  3. network, IPC and UTS namespaces, with hostname and sysctls
+//  4. CNI ADD
+//  5. the running marker; record phase "created" with the pod's IPs: READY
+func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt Runtime, undo *undoStack) error {
+	t0 := time.Now()
+	container, err := m.createRecord(ctx, sb, rt)
+	if err != nil {
+		return err
+	}
+	undo.push(func(ctx context.Context) error { return container.Delete(ctx) })
+	undoFiles, err := m.writeFiles(sb)
+	if err != nil {
+		return err
+	}
+	undo.push(func(context.Context) error { undoFiles(); return nil })
+	if err := m.createPins(sb); err != nil {
+		return err
+	}
+	undo.push(func(context.Context) error { return m.removeNamespaces(sb) })
+	t1 := time.Now()
+	err = m.setupNetwork(ctx, sb)
+	if sb.NetNSPath != "" {
+		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, m.attachment(sb)) })
+	}
+	if err != nil {
+		return err
+	}
+	t2 := time.Now()
+	if err := m.markRunning(sb.ID); err != nil {
+		return fmt.Errorf("mark sandbox running: %w", err)
+	}
+	if err := container.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
+		return fmt.Errorf("record sandbox: %w", err)
+	}
+	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("pauseless record+files+namespaces=%s cni=%s record=%s",
+		t1.Sub(t0), t2.Sub(t1), time.Since(t2))).Info("sandbox ready")
+	return nil
+}
+
 // createNamespaces pins the pod's network namespace, owned by the pod's own user
 // namespace (pinned too) when it has one.
 func (m *Manager) createNamespaces(sb *Sandbox) error {
@@ -169,6 +220,9 @@ func (m *Manager) removeNamespaces(sb *Sandbox) error {
 	}
 	if p := m.usernsPath(sb); p != "" {
 		errs = append(errs, network.RemoveNetNS(p))
+	}
+	if sb.Pauseless {
+		errs = append(errs, m.removePins(sb.ID))
 	}
 	return errors.Join(errs...)
 }

@@ -15,6 +15,7 @@ import (
 // State is a sandbox's state.
 //
 //	Run ──► READY ──(pause exits / Stop)──► NOTREADY ──Remove──► (gone)
+//	         (pause-less: a pinned namespace gone / Stop)
 //	 │                                          ▲
 //	 └──────────(Run fails: undone)─────────────┘ never recorded
 //
@@ -51,6 +52,10 @@ type Sandbox struct {
 	// InStore: the pod is recorded in containerd's sandbox store (sandbox_store.go),
 	// so its containers are created WithSandbox(ID) and run in its shim.
 	InStore bool
+	// Pauseless: the pod has no pause process (pauseless.go); its containers join the
+	// namespaces pinned at NetNSPath, IPCNSPath and UTSNSPath ("" = the host's).
+	Pauseless            bool
+	IPCNSPath, UTSNSPath string
 
 	// opMu serialises Stop and Remove of this sandbox; it is held across their
 	// containerd and CNI calls. Lock order: opMu, then mu.
@@ -72,10 +77,14 @@ func (s *Sandbox) PodResources() (overhead, resources *runtimeapi.LinuxContainer
 	return s.overhead, s.resources
 }
 
-// State returns the current state.
+// State returns the current state. A pause-less pod whose pinned namespaces are gone
+// turns NOTREADY here.
 func (s *Sandbox) State() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.state == StateReady && s.Pauseless && !pinsAlive(s) {
+		s.state = StateNotReady
+	}
 	return s.state
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -35,6 +36,24 @@ import (
 type shimProc struct {
 	pid int
 	id  string
+	// socketID is the grouping id its socket is named after ("" = id).
+	socketID string
+}
+
+// shimGroup finds which of groups (socket name -> sandbox id) shim pid listens on.
+func shimGroup(pid int, groups map[string]string) (string, bool) {
+	table, inodes, err := socketTable(pid)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(table, "\n")[1:] {
+		if f := strings.Fields(line); len(f) >= 8 && inodes[f[6]] {
+			if id, ok := groups[filepath.Base(f[7])]; ok {
+				return id, true
+			}
+		}
+	}
+	return "", false
 }
 
 // findShims lists the shim processes of namespace ns serving the containerd at address.
@@ -107,10 +126,26 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 		keep[t.ID] = true
 		keep[sandboxOf[t.ID]] = true
 	}
+	// A pause-less pod's containers share a shim started with the -id of whichever
+	// container came first, listening on the socket of the pod's id (runc's shim
+	// groups by the sandbox-id annotation): it is the pod's shim, kept while any of
+	// the pod's containers has a task, and reached on the pod's socket.
+	groups := map[string]string{} // socket name -> sandbox id
+	for _, c := range ctrs {
+		if sb := c.Labels[LabelSandbox]; sb != "" {
+			groups[shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, sb)] = sb
+		}
+	}
 	n := 0
 	for _, s := range shims {
 		if keep[s.id] {
 			continue
+		}
+		if group, ok := shimGroup(s.pid, groups); ok {
+			if keep[group] {
+				continue
+			}
+			s.socketID = group
 		}
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
 		if err := m.stopShim(ctx, s); err != nil {
@@ -129,7 +164,7 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 func (m *Manager) stopShim(ctx context.Context, s shimProc) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	sock, err := listeningSocket(s.pid, shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, s.id))
+	sock, err := listeningSocket(s.pid, shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, cmp.Or(s.socketID, s.id)))
 	if err != nil {
 		return err
 	}
@@ -170,9 +205,19 @@ func shimSocketName(address, ns, id string) string {
 // listens on: the socket inodes among its descriptors, looked up in /proc/net/unix.
 // This finds the socket directory, which shimd does not know.
 func listeningSocket(pid int, name string) (string, error) {
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	table, inodes, err := socketTable(pid)
 	if err != nil {
 		return "", err
+	}
+	return socketPathOf(table, inodes, name)
+}
+
+// socketTable reads process pid's /proc/net/unix and the socket inodes among its
+// descriptors.
+func socketTable(pid int) (string, map[string]bool, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return "", nil, err
 	}
 	inodes := map[string]bool{}
 	for _, fd := range fds {
@@ -183,9 +228,9 @@ func listeningSocket(pid int, name string) (string, error) {
 	}
 	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", pid))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return socketPathOf(string(table), inodes, name)
+	return string(table), inodes, nil
 }
 
 // socketPathOf picks, from a /proc/net/unix table, the path of the listening socket

@@ -241,6 +241,11 @@ func NormalizeSysctlName(name string) string {
 	if i == -1 || name[i] == '.' {
 		return name
 	}
+	return swapDotsSlashes(name)
+}
+
+// swapDotsSlashes turns every '.' into '/' and every '/' into '.'.
+func swapDotsSlashes(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch r {
 		case '.':
@@ -249,5 +254,5 @@ func NormalizeSysctlName(name string) string {
 			return '.'
 		}
 		return r
-	}, name)
+	}, s)
 }

@@ -39,6 +39,10 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	// pinned namespace, not the process in it.
 	netc := make(chan error, 1)
 	go func() {
+		if !stopped && sb.NetNSPath == "" && sb.Pauseless {
+			netc <- m.removeNamespaces(sb) // the pinned IPC namespace
+			return
+		}
 		if stopped || sb.NetNSPath == "" {
 			netc <- nil
 			return
@@ -49,12 +53,20 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 		}
 		netc <- m.removeNamespaces(sb)
 	}()
-	taskErr := m.deleteTask(ctx, sb.ID)
-	if taskErr == nil {
-		m.removeCgroup(ctx, sb)
+	var taskErr error
+	if !sb.Pauseless {
+		if taskErr = m.deleteTask(ctx, sb.ID); taskErr == nil {
+			m.removeCgroup(ctx, sb)
+		}
 	}
 	if err := errors.Join(taskErr, <-netc); err != nil {
 		return err
+	}
+	if sb.Pauseless {
+		// Only once the network is down: recovery takes a pod without it for stopped.
+		if err := m.unmarkRunning(sb.ID); err != nil {
+			return err
+		}
 	}
 	if stopped {
 		return nil
@@ -136,7 +148,9 @@ func (m *Manager) deleteContainer(ctx context.Context, id string) error {
 // destroy removes every trace of a sandbox whose Run never finished (recovery).
 func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
 	var errs []error
-	if err := m.deleteTask(ctx, sb.ID); err != nil {
+	if sb.Pauseless {
+		// no task
+	} else if err := m.deleteTask(ctx, sb.ID); err != nil {
 		errs = append(errs, err)
 	} else {
 		m.removeCgroup(ctx, sb)

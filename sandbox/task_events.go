@@ -27,8 +27,8 @@ func (m *Manager) TaskExit(containerID, execID string, _ uint32, _ time.Time) {
 // that happened while the stream was down were never published.
 func (m *Manager) Resync(ctx context.Context) {
 	for _, sb := range m.store.list() {
-		if sb.State() != StateReady {
-			continue
+		if sb.Pauseless || sb.State() != StateReady {
+			continue // a pause-less pod's State checks its pins itself
 		}
 		if _, running := m.pauseState(ctx, sb.ID); !running {
 			sb.setState(StateNotReady)

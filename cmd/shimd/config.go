@@ -62,6 +62,9 @@ type CNIConfig struct {
 type SandboxConfig struct {
 	// Image is the pause image; empty means the built-in one.
 	Image string `toml:"image"`
+	// Pause is "always" (every pod has a pause container) or "when-needed" (pods
+	// that need none get none: see sandbox/pauseless.go).
+	Pause string `toml:"pause"`
 }
 
 // RuntimeConfig is one runtime handler.
@@ -80,6 +83,9 @@ type RuntimeConfig struct {
 	ConfigPath string `toml:"config_path"`
 	// Snapshotter overrides containerd.snapshotter for this handler.
 	Snapshotter string `toml:"snapshotter"`
+	// Sandboxed says the handler's OCI runtime is a VM or an application kernel
+	// (e.g. binary_name = "runsc"): its pods always get a pause container.
+	Sandboxed bool `toml:"sandboxed"`
 }
 
 // StreamingConfig configures the Exec/Attach/PortForward server.
@@ -172,6 +178,7 @@ func DefaultConfig() Config {
 			BinDirs:  []string{"/opt/cni/bin", "/usr/lib/cni"},
 			CacheDir: "/var/lib/shimd/cni",
 		},
+		Sandbox: SandboxConfig{Pause: "always"},
 		Runtimes: map[string]RuntimeConfig{
 			"runc": {Type: "io.containerd.runc.v2"},
 		},
@@ -255,6 +262,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Containerd.Namespace == "" || c.Containerd.Namespace == "k8s.io" {
 		return fmt.Errorf("config key containerd.namespace: %q is not allowed (must be set, and not k8s.io, which containerd's own CRI plugin uses)", c.Containerd.Namespace)
+	}
+	if c.Sandbox.Pause != "always" && c.Sandbox.Pause != "when-needed" {
+		return fmt.Errorf("config key sandbox.pause: %q is not always or when-needed", c.Sandbox.Pause)
 	}
 	if c.Containerd.Snapshotter == "" {
 		return errors.New("config key containerd.snapshotter: must not be empty")

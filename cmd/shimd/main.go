@@ -258,7 +258,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	sandboxes := sandbox.NewManager(sandbox.Options{
 		Client: cl, ContainerdAddress: cfg.Containerd.Address, Namespace: cfg.Containerd.Namespace,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Runtimes: runtimes, DefaultRuntime: cfg.DefaultRuntime,
-		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef,
+		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef, PauseWhenNeeded: cfg.Sandbox.Pause == "when-needed",
 		MinOOMScoreAdj: minOOM,
 	})
 	cfgJSON, err := cfg.JSON()

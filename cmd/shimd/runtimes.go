@@ -38,6 +38,9 @@ func handlerRuntime(cfg Config, name string, rc RuntimeConfig) (sandbox.Runtime,
 	rt := sandbox.Runtime{Type: rc.Type, Snapshotter: snap}
 	if isShim(rc.Type, RuncType) {
 		rt.Options = &runcoptions.Options{BinaryName: rc.BinaryName, Root: rc.Root, SystemdCgroup: rc.SystemdCgroup}
+		// Only runc's shim running an OCI runtime of the host's kernel may run pods
+		// without a pause container: a VM or gVisor sandbox is made from the pause.
+		rt.PauseOptional = !rc.Sandboxed && !sandboxedBinary(rc.BinaryName)
 		return rt, nil
 	}
 	rt.Options = &runtimeoptions.Options{TypeUrl: rc.Type + ".options", ConfigPath: rc.ConfigPath}
@@ -91,4 +94,14 @@ func featuresBinary(rc RuntimeConfig, rt sandbox.Runtime) string {
 		return rt.GVisor.Binary
 	}
 	return ""
+}
+
+// sandboxedBinary tells whether an OCI runtime binary is known to make a VM or an
+// application-kernel sandbox of a pod's first container (runsc, Kata's runtime).
+func sandboxedBinary(name string) bool {
+	switch filepath.Base(name) {
+	case "runsc", "kata-runtime", "kata-qemu", "kata-fc", "runv":
+		return true
+	}
+	return false
 }

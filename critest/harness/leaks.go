@@ -98,12 +98,14 @@ func FindLeaks(ctx context.Context, c LeakCheck) []string {
 		// does) to make it a shared mount; that one mount is not a leak.
 		allowed[s.NetnsDir()] = true
 		daemonPIDs = append(daemonPIDs, s.PID())
-		if ents, err := os.ReadDir(s.NetnsDir()); err == nil {
-			for _, e := range ents {
-				add("network namespace file %s", filepath.Join(s.NetnsDir(), e.Name()))
+		for _, dir := range s.PinDirs() {
+			if ents, err := os.ReadDir(dir); err == nil {
+				for _, e := range ents {
+					add("pinned namespace file %s", filepath.Join(dir, e.Name()))
+				}
+			} else if !os.IsNotExist(err) {
+				add("cannot read %s: %v", dir, err)
 			}
-		} else if !os.IsNotExist(err) {
-			add("cannot read %s: %v", s.NetnsDir(), err)
 		}
 	}
 	if n := c.CNI; n != nil {

@@ -53,12 +53,21 @@ type ShimdOptions struct {
 	// Runsc adds the runtime handler "runsc" (gVisor: RunscRuntimeType with the
 	// options file of WriteRunscConfig, platform systrap). See SkipWithoutRunsc.
 	Runsc bool
+	// Pause is sandbox.pause ("always" or "when-needed"). Empty: $SHIMD_PAUSE, so that
+	// whole suites run in either mode; unset, the key is left out (shimd's default,
+	// "always").
+	Pause string
 }
+
+// PauseMode is the sandbox.pause a test environment gets when its ShimdOptions.Pause
+// is empty: $SHIMD_PAUSE, or "" (shimd's default).
+func PauseMode() string { return os.Getenv("SHIMD_PAUSE") }
 
 // Shimd is a shimd daemon started by the harness.
 type Shimd struct {
 	dir     string
 	ns      string
+	pause   string
 	cfgPath string
 	proc    *daemon
 	crictl  string
@@ -84,7 +93,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 	if dir == "" {
 		dir = NewBaseDir(t)
 	}
-	s := &Shimd{dir: dir, ns: or(opts.Namespace, "shimd"), cfgPath: filepath.Join(dir, "shimd.toml"), crictl: tools.Crictl}
+	s := &Shimd{dir: dir, ns: or(opts.Namespace, "shimd"), pause: or(opts.Pause, PauseMode()), cfgPath: filepath.Join(dir, "shimd.toml"), crictl: tools.Crictl}
 	for _, d := range []string{s.CNIConfDir(), s.CNICacheDir(), s.CDISpecDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("harness: %v", err)
@@ -93,7 +102,15 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 	if len(s.Socket()) > 100 {
 		t.Fatalf("harness: socket path %s is too long for a unix socket", s.Socket())
 	}
-	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, opts.ExtraConfig, opts.CNIBinDirs...)
+	extra := opts.ExtraConfig
+	if s.pause != "" {
+		if strings.Contains(extra, "[sandbox]") {
+			extra = strings.Replace(extra, "[sandbox]", "[sandbox]\npause = "+strconv.Quote(s.pause), 1)
+		} else {
+			extra += "\n[sandbox]\npause = " + strconv.Quote(s.pause) + "\n"
+		}
+	}
+	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, extra, opts.CNIBinDirs...)
 	if opts.RuntimeType != "" {
 		cfg = strings.Replace(cfg, strconv.Quote("io.containerd.runc.v2"), strconv.Quote(opts.RuntimeType), 1)
 	}
@@ -173,6 +190,22 @@ func (s *Shimd) StateDir() string { return filepath.Join(s.dir, "state") }
 
 // NetnsDir is where shimd keeps network namespace files (<state_dir>/netns).
 func (s *Shimd) NetnsDir() string { return filepath.Join(s.StateDir(), "netns") }
+
+// PinDirs are where shimd pins the namespaces of pods: network, IPC and UTS
+// (pause-less pods) and user namespaces.
+func (s *Shimd) PinDirs() []string {
+	var out []string
+	for _, d := range []string{"netns", "ipcns", "utsns", "userns"} {
+		out = append(out, filepath.Join(s.StateDir(), d))
+	}
+	return out
+}
+
+// Pause is the sandbox.pause this shimd runs with ("" = shimd's default, "always").
+func (s *Shimd) Pause() string { return s.pause }
+
+// Pauseless tells whether this shimd runs pods without a pause container when it can.
+func (s *Shimd) Pauseless() bool { return s.pause == "when-needed" }
 
 // Namespace is shimd's containerd namespace.
 func (s *Shimd) Namespace() string { return s.ns }

@@ -29,7 +29,7 @@ func hostIPC(in Input) bool {
 }
 
 // namespaceOpts joins the pause process's network, IPC and UTS namespaces (the host's
-// when the pod uses the host's), picks the PID namespace by the container's mode, and
+// when the pod uses the host's; a pause-less pod's pinned ones by path), picks the PID namespace by the container's mode, and
 // adds the pod's user namespace. The mount namespace is always new.
 func namespaceOpts(in Input) ([]oci.SpecOpts, error) {
 	pid := in.SandboxPID
@@ -41,6 +41,17 @@ func namespaceOpts(in Input) ([]oci.SpecOpts, error) {
 		specs.IPCNamespace:     nsPath(pid, "ipc"),
 		specs.UTSNamespace:     nsPath(pid, "uts"),
 	}
+	if in.Pauseless {
+		// The pod's namespaces are pinned by shimd; "" entries are the host's, which
+		// the remove list below takes care of.
+		set[specs.NetworkNamespace], set[specs.IPCNamespace], set[specs.UTSNamespace] = in.NetNSPath, in.IPCNSPath, in.UTSNSPath
+		if !hostIPC(in) && in.IPCNSPath == "" {
+			return nil, invalid("ipc_ns_path", "empty, but the pod has its own IPC namespace and no pause process")
+		}
+		if !hostNetwork(in) && in.UTSNSPath == "" {
+			return nil, invalid("uts_ns_path", "empty, but the pod has its own UTS namespace and no pause process")
+		}
+	}
 	var remove []specs.LinuxNamespaceType
 	if hostNetwork(in) {
 		remove = append(remove, specs.NetworkNamespace, specs.UTSNamespace)
@@ -51,6 +62,10 @@ func namespaceOpts(in Input) ([]oci.SpecOpts, error) {
 	nsOpts := in.Config.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	switch mode := nsOpts.GetPid(); mode {
 	case runtimeapi.NamespaceMode_POD:
+		if in.Pauseless {
+			return nil, invalid("config.linux.security_context.namespace_options.pid",
+				"POD, but the pod has no pause process whose PID namespace it could share")
+		}
 		set[specs.PIDNamespace] = nsPath(pid, "pid")
 	case runtimeapi.NamespaceMode_CONTAINER:
 		set[specs.PIDNamespace] = ""
@@ -73,6 +88,10 @@ func namespaceOpts(in Input) ([]oci.SpecOpts, error) {
 		return nil, err
 	}
 	if uids != nil {
+		if in.Pauseless {
+			return nil, invalid("config.linux.security_context.namespace_options.userns_options",
+				"the pod has no pause process whose user namespace it could join")
+		}
 		set[specs.UserNamespace] = nsPath(pid, "user")
 	}
 	return []oci.SpecOpts{optFunc(func(s *specs.Spec) {

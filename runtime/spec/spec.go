@@ -67,6 +67,10 @@ type Input struct {
 	// netns path ("" = host network), and the pod files containers mount ("" = none).
 	SandboxPID     uint32
 	NetNSPath      string
+	// Pauseless: the pod has no pause process (SandboxPID is 0); containers join the
+	// namespaces pinned at NetNSPath, IPCNSPath and UTSNSPath ("" = the host's).
+	Pauseless            bool
+	IPCNSPath, UTSNSPath string
 	HostnamePath   string
 	HostsPath      string
 	ResolvConfPath string
@@ -143,7 +147,7 @@ func validateInput(in Input) error {
 		return invalid("config", "missing")
 	case in.SandboxConfig == nil:
 		return invalid("sandbox_config", "missing")
-	case in.SandboxPID == 0:
+	case in.SandboxPID == 0 && !in.Pauseless:
 		return invalid("sandbox_pid", "no pause process to join")
 	}
 	return nil
