@@ -1,0 +1,328 @@
+//go:build integration
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// Pause-less pods (sandbox.pause = "when-needed"): what a pod has must work without
+// its pause process.
+
+func pauselessEnv(t *testing.T) (*harness.Env, runtimeapi.RuntimeServiceClient) {
+	t.Helper()
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{Pause: "when-needed"}})
+	pull(t, env, busyboxImage)
+	return env, env.Shimd.Runtime(t)
+}
+
+// ownPID makes a pod or container config use a PID namespace of its own per
+// container, as the kubelet asks unless the pod shares its process namespace (the
+// CRI's zero value, POD, shares the pause process's).
+func ownPID() *runtimeapi.NamespaceOption {
+	return &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}
+}
+
+// plPod runs a pod of podConfig(name) with ownPID; its containers use ownPID too.
+func plPod(t *testing.T, rs runtimeapi.RuntimeServiceClient, cfg *runtimeapi.PodSandboxConfig) *podFixture {
+	t.Helper()
+	cfg.LogDirectory = t.TempDir()
+	if cfg.Linux.SecurityContext.NamespaceOptions == nil {
+		cfg.Linux.SecurityContext.NamespaceOptions = ownPID()
+	}
+	return &podFixture{t: t, rs: rs, id: runPod(t, rs, cfg), cfg: cfg, logDir: cfg.LogDirectory}
+}
+
+// plContainer is pod.container with ownPID.
+func plContainer(pod *podFixture, name string, cmd ...string) *runtimeapi.ContainerConfig {
+	c := pod.container(name, cmd...)
+	c.Linux.SecurityContext.NamespaceOptions = ownPID()
+	return c
+}
+
+// hasPauseTask tells whether containerd has a task for the pod's own id.
+func hasPauseTask(t *testing.T, env *harness.Env, id string) bool {
+	t.Helper()
+	ctx := namespaces.WithNamespace(ctxT(t, 30*time.Second), env.Shimd.Namespace())
+	c, err := env.Containerd.Client(t).LoadContainer(ctx, id)
+	require.NoError(t, err, "the pod's record")
+	_, err = c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// podInfo is the verbose PodSandboxStatus info.
+func podInfo(t *testing.T, rs runtimeapi.RuntimeServiceClient, id string) map[string]any {
+	t.Helper()
+	resp, err := rs.PodSandboxStatus(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	require.NoError(t, err)
+	var info map[string]any
+	require.NoError(t, json.Unmarshal([]byte(resp.Info["info"]), &info))
+	return info
+}
+
+// nsInode is the inode of a namespace file (pinned, or /proc/<pid>/ns/<x>).
+func nsInode(t *testing.T, path string) string {
+	t.Helper()
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(path, &st), path)
+	return fmt.Sprint(st.Ino)
+}
+
+func out(t *testing.T, rs runtimeapi.RuntimeServiceClient, id string, cmd ...string) string {
+	t.Helper()
+	resp, err := execSync(t, rs, id, 20, cmd...)
+	require.NoError(t, err)
+	require.Zero(t, resp.ExitCode, "%v: %s%s", cmd, resp.Stdout, resp.Stderr)
+	return strings.TrimSpace(string(resp.Stdout))
+}
+
+// containerNS is the inode of a namespace of a running container, read in it.
+func containerNS(t *testing.T, rs runtimeapi.RuntimeServiceClient, id, ns string) string {
+	t.Helper()
+	link := out(t, rs, id, "readlink", "/proc/self/ns/"+ns)
+	return strings.TrimSuffix(strings.TrimPrefix(link, ns+":["), "]")
+}
+
+func TestPauselessPod(t *testing.T) {
+	env, rs := pauselessEnv(t)
+	cfg := podConfig("nopause")
+	cfg.Linux.Sysctls = map[string]string{"kernel.shm_rmid_forced": "1", "net.ipv4.ip_unprivileged_port_start": "81"}
+	pod := plPod(t, rs, cfg)
+
+	// No pause task; the namespaces are pinned.
+	require.False(t, hasPauseTask(t, env, pod.id))
+	info := podInfo(t, rs, pod.id)
+	require.Equal(t, true, info["pauseless"])
+	require.EqualValues(t, 0, info["pid"])
+	pins := map[string]string{
+		"net": filepath.Join(env.Shimd.StateDir(), "netns", pod.id),
+		"ipc": filepath.Join(env.Shimd.StateDir(), "ipcns", pod.id),
+		"uts": filepath.Join(env.Shimd.StateDir(), "utsns", pod.id),
+	}
+	require.Equal(t, pins["ipc"], info["ipcNamespacePath"])
+	require.Equal(t, pins["uts"], info["utsNamespacePath"])
+	st := podStatus(t, rs, pod.id)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, st.State)
+	requireInSubnet(t, env, st.Network.Ip)
+	require.Len(t, listPods(t, rs, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}), 1)
+
+	// Two containers share the pinned namespaces, hostname, sysctls, /dev/shm and one shim.
+	a := pod.run(plContainer(pod, "a", "sleep", "1000"))
+	b := pod.run(plContainer(pod, "b", "sleep", "1000"))
+	for _, id := range []string{a, b} {
+		for ns, pin := range pins {
+			require.Equal(t, nsInode(t, pin), containerNS(t, rs, id, ns), "%s namespace of %s", ns, id)
+		}
+		require.Equal(t, "nopause", out(t, rs, id, "hostname"))
+		require.Equal(t, "1", out(t, rs, id, "cat", "/proc/sys/kernel/shm_rmid_forced"))
+		require.Equal(t, "81", out(t, rs, id, "cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start"))
+		require.Equal(t, "search e2e.svc\nnameserver 198.18.255.53", out(t, rs, id, "cat", "/etc/resolv.conf"))
+		require.Contains(t, out(t, rs, id, "ip", "-4", "addr", "show", "eth0"), st.Network.Ip+"/")
+	}
+	require.NotEqual(t, containerNS(t, rs, a, "pid"), containerNS(t, rs, b, "pid"), "each container has its own PID namespace")
+	out(t, rs, a, "sh", "-c", "echo shared > /dev/shm/f")
+	require.Equal(t, "shared", out(t, rs, b, "cat", "/dev/shm/f"))
+	require.Contains(t, out(t, rs, b, "df", "-k", "/dev/shm"), "65536", "the pod's sized /dev/shm")
+	require.Len(t, podShims(t, env), 1, "the pod's containers share one shim")
+
+	// Stats: the containers' CPU and memory, the pod's network.
+	stats, err := rs.PodSandboxStats(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: pod.id})
+	require.NoError(t, err)
+	require.Len(t, stats.Stats.Linux.Containers, 2)
+	require.NotNil(t, stats.Stats.Linux.Memory)
+	require.NotZero(t, stats.Stats.Linux.Memory.WorkingSetBytes.GetValue())
+	require.NotNil(t, stats.Stats.Linux.Network)
+	require.Equal(t, "eth0", stats.Stats.Linux.Network.DefaultInterface.Name)
+
+	// Port forwarding reaches the pod's loopback through the pinned netns.
+	waitServing(t, rs, pod.run(plContainer(pod, "web", httpd("the pause-less pod", 8080)...)), 8080)
+	resp, err := rs.PortForward(ctxT(t, 30*time.Second), &runtimeapi.PortForwardRequest{PodSandboxId: pod.id, Port: []int32{8080}})
+	require.NoError(t, err)
+	local := forward(t, "spdy", resp.Url, 8080)
+	require.Equal(t, "hello from the pause-less pod\n", fetch(fmt.Sprintf("http://127.0.0.1:%d/index.html", local)))
+
+	// kill -9 of shimd, then of containerd: the pod, its pins and containers are found again.
+	rs = restartShimd(t, env)
+	pod.rs = rs
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, podStatus(t, rs, pod.id).State)
+	require.Equal(t, "nopause", out(t, rs, a, "hostname"))
+	env.Containerd.Kill()
+	env.Containerd.Restart(t)
+	waitReady(t, rs)
+	require.Eventually(t, func() bool {
+		resp, err := execSync(t, rs, b, 10, "cat", "/dev/shm/f")
+		return err == nil && string(resp.Stdout) == "shared\n"
+	}, time.Minute, 200*time.Millisecond)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, podStatus(t, rs, pod.id).State)
+	c := pod.run(plContainer(pod, "c", "sleep", "1000"))
+	require.Equal(t, nsInode(t, pins["ipc"]), containerNS(t, rs, c, "ipc"))
+	require.Len(t, podShims(t, env), 1, "a container made after the restarts joins the pod's shim")
+
+	// The first container goes; the shim stays for the others, also across a restart.
+	_, err = rs.StopContainer(ctxT(t, time.Minute), &runtimeapi.StopContainerRequest{ContainerId: a, Timeout: 1})
+	require.NoError(t, err)
+	_, err = rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: a})
+	require.NoError(t, err)
+	rs = restartShimd(t, env)
+	require.Equal(t, "nopause", out(t, rs, c, "hostname"))
+
+	// Stop: NOTREADY, the pins go, and a restart keeps it NOTREADY; removal leaves nothing.
+	_, err = rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.id})
+	require.NoError(t, err)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_NOTREADY, podStatus(t, rs, pod.id).State)
+	for _, pin := range pins {
+		require.NoFileExists(t, pin)
+	}
+	rs = restartShimd(t, env)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_NOTREADY, podStatus(t, rs, pod.id).State)
+	stopRemove(t, rs, pod.id)
+	require.Empty(t, podShims(t, env))
+	env.CheckNoLeaks(t)
+}
+
+// podShims lists the shim processes serving shimd's namespace in env.
+func podShims(t *testing.T, env *harness.Env) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var pids []int
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(raw), "\x00")
+		if strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && strings.Contains(string(raw), "\x00"+env.Shimd.Namespace()+"\x00") &&
+			strings.Contains(string(raw), env.Containerd.Address()) {
+			if syscall.Kill(pid, 0) == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// A pause-less pod whose pinned namespace is gone is NOTREADY (the kubelet then makes
+// the pod again); Stop and Remove still clean up all of it.
+func TestPauselessPodNotReadyWhenPinGone(t *testing.T) {
+	env, rs := pauselessEnv(t)
+	pod := plPod(t, rs, podConfig("pinned"))
+	pod.run(plContainer(pod, "a", "sleep", "1000"))
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, podStatus(t, rs, pod.id).State)
+	require.NoError(t, unix.Unmount(filepath.Join(env.Shimd.StateDir(), "ipcns", pod.id), unix.MNT_DETACH))
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_NOTREADY, podStatus(t, rs, pod.id).State)
+	require.Len(t, listPods(t, rs, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}}), 1)
+	_, err := rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{
+		PodSandboxId: pod.id, Config: plContainer(pod, "late", "sleep", "1"), SandboxConfig: pod.cfg})
+	require.Error(t, err, "no container is created in a NOTREADY pod")
+	// Still NOTREADY after a restart of shimd.
+	rs = restartShimd(t, env)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_NOTREADY, podStatus(t, rs, pod.id).State)
+	for _, c := range listContainers(t, rs) {
+		_, err := rs.StopContainer(ctxT(t, time.Minute), &runtimeapi.StopContainerRequest{ContainerId: c.Id, Timeout: 1})
+		require.NoError(t, err)
+	}
+	stopRemove(t, rs, pod.id)
+	env.CheckNoLeaks(t)
+}
+
+func listContainers(t *testing.T, rs runtimeapi.RuntimeServiceClient) []*runtimeapi.Container {
+	t.Helper()
+	resp, err := rs.ListContainers(ctxT(t, 30*time.Second), &runtimeapi.ListContainersRequest{})
+	require.NoError(t, err)
+	return resp.Containers
+}
+
+// In "when-needed" mode a pod still gets its pause container when something needs
+// it: a PID namespace shared by its containers, its own user namespace. A host
+// network pod gets none and keeps the node's network and UTS namespaces.
+func TestPauselessModeKeepsPauseWhenNeeded(t *testing.T) {
+	env, rs := pauselessEnv(t)
+
+	shared := podConfig("sharedpid")
+	shared.LogDirectory = t.TempDir()
+	shared.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}
+	sp := &podFixture{t: t, rs: rs, id: runPod(t, rs, shared), cfg: shared, logDir: shared.LogDirectory}
+	require.True(t, hasPauseTask(t, env, sp.id), "a shared PID namespace needs the pause process as its init")
+	require.NotEqual(t, true, podInfo(t, rs, sp.id)["pauseless"])
+	c := sp.container("a", "sleep", "1000")
+	c.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}
+	id := sp.run(c)
+	require.Contains(t, out(t, rs, id, "cat", "/proc/1/cmdline"), "pause", "the pause process is PID 1 of the pod")
+	stopRemove(t, rs, sp.id)
+
+	host := podConfig("hostnet")
+	host.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER}
+	hp := plPod(t, rs, host)
+	require.False(t, hasPauseTask(t, env, hp.id))
+	hid := hp.run(plContainer(hp, "a", "sleep", "1000"))
+	nodeName, err := os.Hostname()
+	require.NoError(t, err)
+	require.Equal(t, nodeName, out(t, rs, hid, "hostname"))
+	require.Equal(t, nsInode(t, "/proc/self/ns/net"), containerNS(t, rs, hid, "net"))
+	require.Equal(t, nsInode(t, filepath.Join(env.Shimd.StateDir(), "ipcns", hp.id)), containerNS(t, rs, hid, "ipc"))
+	require.NoFileExists(t, filepath.Join(env.Shimd.StateDir(), "utsns", hp.id))
+	_, err = rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: hp.id})
+	require.NoError(t, err)
+	require.NoFileExists(t, filepath.Join(env.Shimd.StateDir(), "ipcns", hp.id), "Stop unpins the IPC namespace")
+	stopRemove(t, rs, hp.id)
+
+	if env.Containerd.MajorVersion() < 2 {
+		t.Log("user namespaces: skipped, containerd 1.6 and runc 1.1 cannot run them")
+	} else {
+		userns := podConfig("userns")
+		userns.LogDirectory = t.TempDir()
+		ids := []*runtimeapi.IDMapping{{HostId: 200000, ContainerId: 0, Length: 65536}}
+		userns.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER,
+			UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: ids, Gids: ids}}
+		up := &podFixture{t: t, rs: rs, id: runPod(t, rs, userns), cfg: userns, logDir: userns.LogDirectory}
+		require.True(t, hasPauseTask(t, env, up.id), "a pod with its own user namespace keeps its pause container")
+		uc := up.container("a", "sleep", "1000")
+		uc.Linux.SecurityContext.NamespaceOptions = userns.Linux.SecurityContext.NamespaceOptions
+		uid := up.run(uc)
+		require.Equal(t, "0 200000 65536", strings.Join(strings.Fields(out(t, rs, uid, "cat", "/proc/self/uid_map")), " "))
+		stopRemove(t, rs, up.id)
+	}
+	env.CheckNoLeaks(t)
+}
+
+// A runsc (gVisor) pod keeps its pause container in "when-needed" mode: the gVisor
+// sandbox is made from it.
+func TestPauselessModeRunscKeepsPause(t *testing.T) {
+	requireRoot(t)
+	harness.SkipWithoutRunsc(t)
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{Pause: "when-needed", Runsc: true}})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	cfg := podConfig("gvisor")
+	cfg.Linux.SecurityContext.NamespaceOptions = ownPID()
+	resp, err := rs.RunPodSandbox(ctxT(t, 2*time.Minute), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: harness.RunscHandler})
+	require.NoError(t, err)
+	require.True(t, hasPauseTask(t, env, resp.PodSandboxId))
+	stopRemove(t, rs, resp.PodSandboxId)
+	env.CheckNoLeaks(t)
+}
