@@ -28,6 +28,25 @@ func TestHandlerRuntime(t *testing.T) {
 		require.Nil(t, rt.GVisor)
 		require.Equal(t, "overlayfs", rt.Snapshotter)
 	})
+	t.Run("pods may go without a pause on runc's shim with a host-kernel runtime only", func(t *testing.T) {
+		for _, tt := range []struct {
+			rc   RuntimeConfig
+			want bool
+		}{
+			{RuntimeConfig{Type: RuncType}, true},
+			{RuntimeConfig{Type: RuncType, BinaryName: "/usr/sbin/runc"}, true},
+			{RuntimeConfig{Type: "/opt/bin/containerd-shim-runc-v2"}, true},
+			{RuntimeConfig{Type: RuncType, Sandboxed: true}, false},
+			{RuntimeConfig{Type: RuncType, BinaryName: "/usr/local/bin/runsc"}, false},
+			{RuntimeConfig{Type: RuncType, BinaryName: "kata-runtime"}, false},
+			{RuntimeConfig{Type: RunscType}, false},
+			{RuntimeConfig{Type: "io.containerd.kata.v2"}, false},
+		} {
+			rt, err := handlerRuntime(cfg, "h", tt.rc)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, rt.PauseOptional, "%+v", tt.rc)
+		}
+	})
 	t.Run("runsc gets the CRI plugin's runtime options, and shimd reads its file", func(t *testing.T) {
 		rc := RuntimeConfig{Type: RunscType, ConfigPath: runscToml, Snapshotter: "native"}
 		rt, err := handlerRuntime(cfg, "runsc", rc)

@@ -39,6 +39,18 @@ var ops = []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"}
 
 func TestMain(m *testing.M) { harness.Main(m) }
 
+// pauseMode is shimd's sandbox.pause in the benchmarks: BENCH_PAUSE, else the
+// harness's SHIMD_PAUSE, else shimd's default. containerd's CRI plugin always runs a
+// pause container.
+func pauseMode() string {
+	for _, v := range []string{os.Getenv("BENCH_PAUSE"), harness.PauseMode()} {
+		if v != "" {
+			return v
+		}
+	}
+	return "always"
+}
+
 // target is one CRI runtime under test and the latencies measured on it.
 type target struct {
 	name    string // "shimd" or "containerd"; also the metric prefix
@@ -86,6 +98,7 @@ func newPairOn(b *testing.B, handler string) *pair {
 		RuncRoot:          filepath.Join(env.Base, "runc"),
 		ExtraConfig:       fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
 		Runsc:             runsc,
+		Pause:             pauseMode(),
 	})
 	// Registered after StartShimd, so it runs while shimd is still up.
 	b.Cleanup(func() {
@@ -264,7 +277,7 @@ func (tg *target) timed(b *testing.B, round int, op string, call func(context.Co
 // the p50s and their ratios as benchmark metrics.
 func report(b *testing.B, title string, ops []string, shimd, cd *target) {
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n%s\n", title)
+	fmt.Fprintf(&out, "\n%s (shimd: sandbox.pause = %s)\n", title, pauseMode())
 	fmt.Fprintf(&out, "%-22s %10s %10s %15s %15s  %s\n",
 		"operation", "shimd p50", "shimd p90", "containerd p50", "containerd p90", "ratio p50 (shimd/containerd)")
 	b.ReportMetric(0, "ns/op") // the whole run's time per op means nothing here

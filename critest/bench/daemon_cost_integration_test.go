@@ -92,6 +92,7 @@ func BenchmarkDaemonCost(b *testing.B) {
 	shEnv := harness.New(b, harness.Options{Shimd: harness.ShimdOptions{
 		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
 		RuncRoot:    filepath.Join(b.TempDir(), "runc"),
+		Pause:       pauseMode(),
 	}})
 
 	sides := []*costSide{
@@ -145,7 +146,7 @@ func BenchmarkDaemonCost(b *testing.B) {
 	idle("after removal (10 s)", 10*time.Second)
 
 	var out strings.Builder
-	fmt.Fprintf(&out, "\ndaemon cost: shimd + containerd (CRI off) vs containerd with its CRI plugin; CPU of the daemons only, RSS at the end of the phase; pods started 10 at a time\n")
+	fmt.Fprintf(&out, "\ndaemon cost: shimd + containerd (CRI off) vs containerd with its CRI plugin; CPU of the daemons only, RSS at the end of the phase; pods started 10 at a time (shimd: sandbox.pause = %s)\n", pauseMode())
 	fmt.Fprintf(&out, "%-24s %-58s %s\n", "phase", "shimd + containerd (RSS MiB: both, and shimd alone)", "containerd CRI")
 	for _, row := range []string{"idle, no pods (10 s)", "start 30 pods", "30 pods idle (10 s)", "start 70 more (100)", "100 pods idle (10 s)", "remove 100 pods", "after removal (10 s)"} {
 		fmt.Fprintf(&out, "%-24s %-58s %s\n", row, sides[0].rows[row], sides[1].rows[row])

@@ -40,7 +40,7 @@ func (p *podFixture) container(name string, cmd ...string) *runtimeapi.Container
 		Command:  cmd,
 		LogPath:  name + ".log",
 		Labels:   map[string]string{"c": name},
-		Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{}},
+		Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: suiteNS()}},
 	}
 }
 

@@ -46,8 +46,19 @@ func podConfig(name string) *runtimeapi.PodSandboxConfig {
 		Labels:       map[string]string{"app": name, "suite": "e2e"},
 		Annotations:  map[string]string{"note": "made by e2e"},
 		DnsConfig:    &runtimeapi.DNSConfig{Servers: []string{"198.18.255.53"}, Searches: []string{"e2e.svc"}},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{}},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: suiteNS()}},
 	}
+}
+
+// suiteNS are the namespace options of the suite's pods and containers: none (the
+// CRI's zero value: the pod's PID namespace is shared, which needs a pause process),
+// or, when the suite runs with SHIMD_PAUSE=when-needed, a PID namespace per container,
+// as the kubelet asks for, so that the pods run without a pause process.
+func suiteNS() *runtimeapi.NamespaceOption {
+	if harness.PauseMode() == "when-needed" {
+		return &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}
+	}
+	return nil
 }
 
 func runPod(t *testing.T, rs runtimeapi.RuntimeServiceClient, cfg *runtimeapi.PodSandboxConfig) string {

@@ -175,3 +175,50 @@ func TestContainerUserNamespace(t *testing.T) {
 		}},
 	})
 }
+
+// pauseless makes the input that of a pod without a pause process.
+func pauseless(in *Input) {
+	in.SandboxPID, in.Pauseless = 0, true
+	in.IPCNSPath, in.UTSNSPath = "/run/shimd/ipcns/sb1", "/run/shimd/utsns/sb1"
+}
+
+func TestContainerNamespacesPauseless(t *testing.T) {
+	runCases(t, []testCase{
+		{name: "join the pinned net, ipc and uts by path", mutate: pauseless, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, "/run/shimd/netns/sb1", nsPathOf(t, s, specs.NetworkNamespace))
+			require.Equal(t, "/run/shimd/ipcns/sb1", nsPathOf(t, s, specs.IPCNamespace))
+			require.Equal(t, "/run/shimd/utsns/sb1", nsPathOf(t, s, specs.UTSNamespace))
+			require.Equal(t, "", nsPathOf(t, s, specs.PIDNamespace))
+			require.Equal(t, "podhost", s.Hostname)
+			require.Len(t, s.Linux.Namespaces, 5)
+		}},
+		{name: "host network: host net and uts, pinned ipc", mutate: func(in *Input) {
+			pauseless(in)
+			hostNet(in)
+			in.UTSNSPath = ""
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.False(t, hasNS(s, specs.NetworkNamespace))
+			require.False(t, hasNS(s, specs.UTSNamespace))
+			require.Equal(t, "/run/shimd/ipcns/sb1", nsPathOf(t, s, specs.IPCNamespace))
+		}},
+		{name: "host ipc: no ipc namespace", mutate: func(in *Input) {
+			pauseless(in)
+			hostIPCMode(in)
+			in.IPCNSPath = ""
+		}, check: func(t *testing.T, s *specs.Spec) { require.False(t, hasNS(s, specs.IPCNamespace)) }},
+		{name: "no pinned ipc namespace", mutate: func(in *Input) { pauseless(in); in.IPCNSPath = "" },
+			wantErr: errdefs.ErrInvalidArgument},
+		{name: "no pinned uts namespace", mutate: func(in *Input) { pauseless(in); in.UTSNSPath = "" },
+			wantErr: errdefs.ErrInvalidArgument},
+		{name: "pid POD: no pause to share it", mutate: func(in *Input) {
+			pauseless(in)
+			pidMode(runtimeapi.NamespaceMode_POD)(in)
+		}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "pod userns: no pause to join", mutate: func(in *Input) {
+			pauseless(in)
+			podNS(in).UsernsOptions = userns(runtimeapi.NamespaceMode_POD, 100000)
+		}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "no pid and not pause-less", mutate: func(in *Input) { in.SandboxPID = 0 },
+			wantErr: errdefs.ErrInvalidArgument},
+	})
+}
