@@ -50,6 +50,21 @@ integration-1.6:
 bench: tools
 	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./critest/bench/
 
+# The same with pause-less pods (sandbox.pause = "when-needed", README "Pause-less pods"):
+# containerd's CRI plugin keeps its pause containers.
+.PHONY: bench-pauseless critest-pauseless e2e-kubelet-pauseless integration-pauseless
+bench-pauseless: tools
+	BENCH_PAUSE=when-needed $(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./critest/bench/
+
+critest-pauseless: tools
+	SHIMD_PAUSE=when-needed $(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/
+
+e2e-kubelet-pauseless: tools
+	bash hack/tools.sh kubelet && SHIMD_PAUSE=when-needed $(GO) test -tags integration -count=1 -timeout 30m -run TestKubelet -v ./critest/kubelet/
+
+integration-pauseless: tools
+	SHIMD_PAUSE=when-needed $(GO) test -tags integration -count=1 -p 1 -timeout 40m ./critest/e2e/
+
 # critest v1.36.0 against shimd, offline (critest/README.md). CRITEST_FOCUS, CRITEST_PARALLEL.
 .PHONY: critest critest-soak critest-runsc integration-runsc
 critest: tools

@@ -17,6 +17,10 @@
 //	       DEL) and the pause task, concurrently
 //	    6. record phase "created" with the IPs: READY
 //	    each step pushes its undo; on failure they run in reverse.
+//	    With sandbox.pause = "when-needed" a pod that needs no pause (own PID
+//	    namespaces, no user namespace, runc) skips 1 and the task: its net, IPC and
+//	    UTS namespaces are pinned in step 4 (sandbox/pauseless.go) and containers
+//	    join them by path.
 //
 // StopPodSandbox kills the pause task, runs CNI DEL (with the config the pod's ADD
 // cached, even after cni.conf_dir changed), removes the netns and unmounts

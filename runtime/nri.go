@@ -66,8 +66,10 @@ func (s *Service) nriPod(sb *sandbox.Sandbox) *api.PodSandbox {
 		PodOverhead:  s.nriResources(overhead),
 		PodResources: s.nriResources(resources),
 	}
-	if sb.NetNSPath != "" {
-		linux.Namespaces = []*api.LinuxNamespace{{Type: "network", Path: sb.NetNSPath}}
+	for _, ns := range [][2]string{{"network", sb.NetNSPath}, {"ipc", sb.IPCNSPath}, {"uts", sb.UTSNSPath}} {
+		if ns[1] != "" { // IPC and UTS: a pause-less pod's pinned ones
+			linux.Namespaces = append(linux.Namespaces, &api.LinuxNamespace{Type: ns[0], Path: ns[1]})
+		}
 	}
 	return &api.PodSandbox{
 		Id: sb.ID, Name: meta.GetName(), Uid: meta.GetUid(), Namespace: meta.GetNamespace(),
