@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -54,6 +55,23 @@ func (s *e2e) containers(t testing.TB, sandboxID string) []*runtimeapi.Container
 		t.Fatalf("ListContainers: %v", err)
 	}
 	return resp.Containers
+}
+
+// pauseless tells whether shimd runs the pod without a pause process (its verbose
+// status says so; SHIMD_PAUSE=when-needed).
+func (s *e2e) pauseless(t testing.TB, sandboxID string) bool {
+	t.Helper()
+	resp, err := s.rt.PodSandboxStatus(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxID, Verbose: true})
+	if err != nil {
+		t.Fatalf("PodSandboxStatus: %v", err)
+	}
+	var info struct {
+		Pauseless bool `json:"pauseless"`
+	}
+	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil {
+		t.Fatalf("PodSandboxStatus info: %v", err)
+	}
+	return info.Pauseless
 }
 
 // snapshot records each test pod's sandbox, running containers and restart

@@ -214,8 +214,18 @@ func (s *e2e) stepShare(t *testing.T) {
 
 	// The kubelet's pod cgroup (cgroupfs driver, BestEffort QoS) holds the
 	// sandbox's and the running containers' cgroups, named by their ids.
+	// A pause-less pod (SHIMD_PAUSE=when-needed) has no sandbox cgroup, only the
+	// kubelet's pod cgroup with the containers'.
 	podCgroup := filepath.Join("/sys/fs/cgroup/memory/kubepods/besteffort", "pod"+string(pod.UID))
-	for _, id := range []string{sb.Id, criID(containerStatus(pod, "writer").ContainerID), criID(containerStatus(pod, "reader").ContainerID)} {
+	ids := []string{criID(containerStatus(pod, "writer").ContainerID), criID(containerStatus(pod, "reader").ContainerID)}
+	if s.pauseless(t, sb.Id) {
+		if _, err := os.Stat(filepath.Join(podCgroup, sb.Id)); !os.IsNotExist(err) {
+			t.Errorf("pause-less pod %s has a sandbox cgroup (%v)", sb.Id, err)
+		}
+	} else {
+		ids = append(ids, sb.Id)
+	}
+	for _, id := range ids {
 		procs, err := os.ReadFile(filepath.Join(podCgroup, id, "cgroup.procs"))
 		if err != nil || len(strings.TrimSpace(string(procs))) == 0 {
 			t.Errorf("cgroup %s/%s holds no process (%v): shimd must honour the kubelet's cgroup parent", podCgroup, id, err)
