@@ -123,7 +123,7 @@ func crashEnv(t *testing.T) (*harness.Env, *pausingRunc) {
 func TestKill9DuringStopPodSandboxLeavesNothing(t *testing.T) {
 	env, r := crashEnv(t)
 	rs := env.Shimd.Runtime(t)
-	id := runPod(t, rs, podConfig("stopcrash"))
+	id := runPod(t, rs, pausePodConfig("stopcrash"))
 
 	r.arm("delete")
 	errc := inBackground(func(ctx context.Context) error {
@@ -149,7 +149,7 @@ func TestKill9DuringRunPodSandboxLeavesNothing(t *testing.T) {
 
 	r.arm("after-create")
 	go func() {
-		_, _ = rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: podConfig("runcrash")})
+		_, _ = rs.RunPodSandbox(ctxT(t, time.Minute), &runtimeapi.RunPodSandboxRequest{Config: pausePodConfig("runcrash")})
 	}()
 	r.waitReached("after-create")
 	env.Shimd.Kill9()
@@ -168,7 +168,7 @@ func TestContainerdKilledDuringRunPodSandboxLeavesNothing(t *testing.T) {
 
 	r.arm("create")
 	errc := inBackground(func(ctx context.Context) error {
-		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdcrash")})
+		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pausePodConfig("cdcrash")})
 		return err
 	})
 	r.waitReached("create")
@@ -218,7 +218,7 @@ func TestContainerdKilledDuringShimStartLeavesNoShim(t *testing.T) {
 
 	r.arm("shim-start")
 	errc := inBackground(func(ctx context.Context) error {
-		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("shimcrash")})
+		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pausePodConfig("shimcrash")})
 		return err
 	})
 	r.waitReached("shim-start")
@@ -303,7 +303,7 @@ func TestContainerdKilledDuringRunPodSandboxShimdStays(t *testing.T) {
 
 	r.arm("shim-start")
 	errc := inBackground(func(ctx context.Context) error {
-		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("cdstay")})
+		_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pausePodConfig("cdstay")})
 		return err
 	})
 	r.waitReached("shim-start")

@@ -50,6 +50,14 @@ func podConfig(name string) *runtimeapi.PodSandboxConfig {
 	}
 }
 
+// pausePodConfig is podConfig for a pod whose containers share its PID namespace: it
+// has a pause process in either sandbox.pause mode (for tests of the pause task).
+func pausePodConfig(name string) *runtimeapi.PodSandboxConfig {
+	cfg := podConfig(name)
+	cfg.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD}
+	return cfg
+}
+
 // suiteNS are the namespace options of the suite's pods and containers: none (the
 // CRI's zero value: the pod's PID namespace is shared, which needs a pause process),
 // or, when the suite runs with SHIMD_PAUSE=when-needed, a PID namespace per container,

@@ -28,7 +28,11 @@ func TestKill9RestartRecoversSandboxes(t *testing.T) {
 	var ids []string
 	before := map[string]*runtimeapi.PodSandboxStatus{}
 	for _, name := range []string{"one", "two", "three"} {
-		id := runPod(t, rs, podConfig(name))
+		cfg := podConfig(name)
+		if name == "two" {
+			cfg = pausePodConfig(name) // its pause process is killed below
+		}
+		id := runPod(t, rs, cfg)
 		ids = append(ids, id)
 		before[id] = podStatus(t, rs, id)
 	}

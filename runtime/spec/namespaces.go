@@ -63,8 +63,11 @@ func namespaceOpts(in Input) ([]oci.SpecOpts, error) {
 	switch mode := nsOpts.GetPid(); mode {
 	case runtimeapi.NamespaceMode_POD:
 		if in.Pauseless {
-			return nil, invalid("config.linux.security_context.namespace_options.pid",
-				"POD, but the pod has no pause process whose PID namespace it could share")
+			// The pod's config said its PID namespace is not shared (else it would
+			// have a pause): there is none to join, the container gets its own, as
+			// in CRI-O without its infra container.
+			set[specs.PIDNamespace] = ""
+			break
 		}
 		set[specs.PIDNamespace] = nsPath(pid, "pid")
 	case runtimeapi.NamespaceMode_CONTAINER:

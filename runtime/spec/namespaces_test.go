@@ -210,10 +210,10 @@ func TestContainerNamespacesPauseless(t *testing.T) {
 			wantErr: errdefs.ErrInvalidArgument},
 		{name: "no pinned uts namespace", mutate: func(in *Input) { pauseless(in); in.UTSNSPath = "" },
 			wantErr: errdefs.ErrInvalidArgument},
-		{name: "pid POD: no pause to share it", mutate: func(in *Input) {
+		{name: "pid POD: no pause to share it, a PID namespace of its own", mutate: func(in *Input) {
 			pauseless(in)
 			pidMode(runtimeapi.NamespaceMode_POD)(in)
-		}, wantErr: errdefs.ErrInvalidArgument},
+		}, check: func(t *testing.T, s *specs.Spec) { require.Equal(t, "", nsPathOf(t, s, specs.PIDNamespace)) }},
 		{name: "pod userns: no pause to join", mutate: func(in *Input) {
 			pauseless(in)
 			podNS(in).UsernsOptions = userns(runtimeapi.NamespaceMode_POD, 100000)
