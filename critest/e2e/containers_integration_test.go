@@ -28,19 +28,30 @@ type podFixture struct {
 }
 
 func newPod(t *testing.T, rs runtimeapi.RuntimeServiceClient, name string) *podFixture {
-	cfg := podConfig(name)
+	return newPodOf(t, rs, podConfig(name))
+}
+
+// newPodOf runs a pod of cfg, with a log directory of the test's.
+func newPodOf(t *testing.T, rs runtimeapi.RuntimeServiceClient, cfg *runtimeapi.PodSandboxConfig) *podFixture {
 	cfg.LogDirectory = t.TempDir()
 	return &podFixture{t: t, rs: rs, id: runPod(t, rs, cfg), cfg: cfg, logDir: cfg.LogDirectory}
 }
 
+// container is a busybox container config; in a pod that shares its PID namespace
+// it shares it too (no namespace options, the CRI's zero value), else it asks for
+// suiteNS.
 func (p *podFixture) container(name string, cmd ...string) *runtimeapi.ContainerConfig {
+	ns := suiteNS()
+	if p.cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid() == runtimeapi.NamespaceMode_POD {
+		ns = nil
+	}
 	return &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: name},
 		Image:    &runtimeapi.ImageSpec{Image: busyboxImage},
 		Command:  cmd,
 		LogPath:  name + ".log",
 		Labels:   map[string]string{"c": name},
-		Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: suiteNS()}},
+		Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: ns}},
 	}
 }
 
@@ -164,7 +175,7 @@ func TestContainerExitCodesAndReasons(t *testing.T) {
 	env, _ := imageEnv(t, harness.Options{})
 	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
-	pod := newPod(t, rs, "exits")
+	pod := newPodOf(t, rs, pausePodConfig("exits")) // kill -9 $$ needs a shell that is not its namespace's PID 1
 	tests := []struct {
 		cmd    string
 		code   int32

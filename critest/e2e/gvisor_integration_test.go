@@ -39,7 +39,7 @@ func gvisorEnv(t *testing.T) (*harness.Env, runtimeapi.RuntimeServiceClient) {
 // gvisorPod runs a pod on runsc.
 func gvisorPod(t *testing.T, rs runtimeapi.RuntimeServiceClient, name string) *podFixture {
 	t.Helper()
-	cfg := podConfig(name)
+	cfg := pausePodConfig(name) // one PID namespace for the pod's containers
 	cfg.LogDirectory = t.TempDir()
 	resp, err := rs.RunPodSandbox(ctxT(t, 2*time.Minute), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: harness.RunscHandler})
 	require.NoError(t, err)
