@@ -81,11 +81,13 @@ func (s *Sandbox) PodResources() (overhead, resources *runtimeapi.LinuxContainer
 // turns NOTREADY here.
 func (s *Sandbox) State() State {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state == StateReady && s.Pauseless && !pinsAlive(s) {
-		s.state = StateNotReady
+	st := s.state
+	s.mu.Unlock()
+	if st == StateReady && s.Pauseless && !pinsAlive(s) { // statfs, outside mu
+		s.setState(StateNotReady)
+		return StateNotReady
 	}
-	return s.state
+	return st
 }
 
 func (s *Sandbox) setState(st State) {

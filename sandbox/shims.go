@@ -132,7 +132,11 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	// the pod's containers has a task, and reached on the pod's socket.
 	groups := map[string]string{} // socket name -> sandbox id
 	for _, c := range ctrs {
-		if sb := c.Labels[LabelSandbox]; sb != "" {
+		sb := c.Labels[LabelSandbox]
+		if c.Labels[LabelKind] == KindSandbox {
+			sb = c.ID // a pod whose containers are all gone
+		}
+		if sb != "" {
 			groups[shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, sb)] = sb
 		}
 	}
