@@ -92,7 +92,8 @@ func BenchmarkDaemonCost(b *testing.B) {
 	shEnv := harness.New(b, harness.Options{Shimd: harness.ShimdOptions{
 		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
 		RuncRoot:    filepath.Join(b.TempDir(), "runc"),
-	}})
+		LogLevel:    benchLogLevel,
+	}, Containerd: harness.ContainerdOptions{LogLevel: benchLogLevel}})
 
 	sides := []*costSide{
 		{target: &target{name: "shimd", rt: shEnv.Shimd.Runtime(b), is: shEnv.Shimd.Images(b), samples: map[string][]time.Duration{}},
