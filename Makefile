@@ -3,6 +3,9 @@ GO      ?= go
 PREFIX  ?= /usr/local
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# nri_no_wasm: NRI plugins are processes on the NRI socket; leaving out the WASM
+# plugin engine (wazero) makes the daemon 1.5 MiB smaller in memory.
+TAGS    := nri_no_wasm
 BIN     := bin/shimd
 # The e2e tests also run against Debian's containerd 1.6 (smoke run).
 SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSandboxes|TestCrictlPods|TestInvalidRequests|TestImagePullListStatusRemove|TestPullVerifiesStreamedLayers|TestContainerLifecycle|TestContainerEvents|TestImageVolumes|TestKill9DuringPullLeavesNothing|TestUpdateContainerResourcesSurvivesRestart|TestKill9DuringStopPodSandboxLeavesNothing|TestContainerdKilledDuringShimStartLeavesNoShim|TestKill9DuringStartContainerRetrySucceeds|TestLeftoverCgroupsRemoved|TestCreateContainerRetryAfterKill9|TestContainersRunInTheirPodsShim|TestCNIConfigFollowsTheNode|TestSystemdNotifyReadyAfterRecovery|TestMetricsDuringPodLifecycle|TestCDIDevices|TestCRIPodSandboxMetrics|TestNRIPluginsSeeEventsAndAdjustContainers
@@ -12,7 +15,7 @@ SMOKE_1_6 := TestSandboxLifecycle|TestHostNetworkPod|TestKill9RestartRecoversSan
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/shimd
+	$(GO) build -trimpath -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/shimd
 
 # Everything CI runs: tools, vet, unit and integration tests.
 check: tools
@@ -93,6 +96,12 @@ integration-runsc: tools
 .PHONY: crash-soak
 crash-soak: tools
 	CRASH_SOAK_ROUNDS=$${CRASH_SOAK_ROUNDS:-100} $(GO) test -tags integration -count=1 -timeout 30m -run TestCrashSoak -v ./critest/e2e/
+
+# 1000 pod lifecycles, then shimd's goroutines, descriptors and live heap must be
+# back at their baseline (GROWTH_LIFECYCLES; make check runs 40).
+.PHONY: e2e-growth
+e2e-growth: tools
+	GROWTH_LIFECYCLES=$${GROWTH_LIFECYCLES:-1000} $(GO) test -tags integration -count=1 -timeout 60m -run TestNoGrowthAfterPodLifecycles -v ./critest/e2e/
 
 # A real kubelet v1.34.12 (standalone, static pods) on shimd (critest/kubelet). The first
 # run builds the kubelet (about 6 minutes, cached in /var/cache/shimd/tools/bin).

@@ -54,6 +54,7 @@ func main() {
 	if cfg == nil {
 		return // --version
 	}
+	tuneGoRuntime()
 	if err := run(*cfg); err != nil {
 		log.L.WithError(err).Error("shimd exited")
 		os.Exit(1)
@@ -147,7 +148,7 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 			return fmt.Errorf("config key %s: create %s: %w (choose a writable directory)", k, dirs[k], err)
 		}
 	}
-	cl, err := client.New(cfg.Containerd.Address, client.WithDefaultNamespace(cfg.Containerd.Namespace))
+	cl, err := newContainerdClient(cfg.Containerd)
 	if err != nil {
 		return fmt.Errorf("config key containerd.address: containerd client for %s: %w", cfg.Containerd.Address, err)
 	}

@@ -32,6 +32,9 @@ const (
 	warmup     = 2 // untimed rounds per runtime before the timed ones
 	rpcTimeout = 2 * time.Minute
 	criNS      = "k8s.io" // containerd's CRI plugin namespace
+	// benchLogLevel of shimd and of every containerd in a benchmark: what a node
+	// runs in production (the tests' "debug" logs every RPC).
+	benchLogLevel = "info"
 )
 
 // ops are the timed RPCs, in the order of one pod's lifecycle.
@@ -99,6 +102,7 @@ func newPairOn(b *testing.B, handler string) *pair {
 		ExtraConfig:       fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
 		Runsc:             runsc,
 		Pause:             pauseMode(),
+		LogLevel:          benchLogLevel,
 	})
 	// Registered after StartShimd, so it runs while shimd is still up.
 	b.Cleanup(func() {
@@ -163,7 +167,7 @@ func startCRI(b *testing.B, hosts string) (*harness.Env, runtimeapi.RuntimeServi
 
 // startCRIOn is startCRI, with the runsc handler in the CRI plugin if runsc.
 func startCRIOn(b *testing.B, hosts string, runsc bool) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
-	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts}})
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts, LogLevel: benchLogLevel}})
 	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(b, err)
 	b.Cleanup(func() { conn.Close() })

@@ -93,7 +93,8 @@ func BenchmarkDaemonCost(b *testing.B) {
 		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
 		RuncRoot:    filepath.Join(b.TempDir(), "runc"),
 		Pause:       pauseMode(),
-	}})
+		LogLevel:    benchLogLevel,
+	}, Containerd: harness.ContainerdOptions{LogLevel: benchLogLevel}})
 
 	sides := []*costSide{
 		{target: &target{name: "shimd", rt: shEnv.Shimd.Runtime(b), is: shEnv.Shimd.Images(b), samples: map[string][]time.Duration{}},

@@ -42,7 +42,9 @@ func TestCrashSoak(t *testing.T) {
 	for round := 0; round < rounds; round++ {
 		done := make(chan []error, 1)
 		go func(round int) { done <- lifecycle(rs, round) }(round)
-		time.Sleep(time.Duration(rng.Intn(600)) * time.Millisecond)
+		// A lifecycle takes about 3.5 s here (the two stops wait out their 1 s
+		// timeout): the crash falls anywhere in it, or after it.
+		time.Sleep(time.Duration(rng.Intn(4000)) * time.Millisecond)
 		if rng.Intn(10) < 7 {
 			kills["shimd"]++
 			env.Shimd.Kill9()
@@ -61,7 +63,7 @@ func TestCrashSoak(t *testing.T) {
 		case <-time.After(3 * time.Minute):
 			t.Fatalf("round %d: the lifecycle hangs", round)
 		}
-		waitReady(t, rs)
+		waitRuntimeReady(t, rs)
 	}
 	t.Logf("kills: %v; answers by code: %v", kills, results)
 
@@ -129,6 +131,23 @@ func lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []error {
 	_, err = rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 	fail(err)
 	return errs
+}
+
+// waitRuntimeReady waits, as the kubelet does before it syncs pods, until shimd
+// answers and says that its runtime (containerd) is ready.
+func waitRuntimeReady(t *testing.T, rs runtimeapi.RuntimeServiceClient) {
+	t.Helper()
+	waitReady(t, rs)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := rs.Status(ctxT(t, 30*time.Second), &runtimeapi.StatusRequest{})
+		require.NoError(t, err)
+		if st.Status.Conditions[0].Status {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "RuntimeReady did not come back: %v", st.Status.Conditions[0])
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func envInt(name string, def int) int {

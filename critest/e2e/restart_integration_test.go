@@ -14,6 +14,8 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/critest/harness"
@@ -124,20 +126,46 @@ func TestContainerdRestart(t *testing.T) {
 	require.NotEmpty(t, st.Status.Conditions[0].Reason)
 
 	env.Containerd.Restart(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err = rs.Status(ctxT(t, 30*time.Second), &runtimeapi.StatusRequest{})
-		require.NoError(t, err)
-		if st.Status.Conditions[0].Status {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "RuntimeReady did not come back")
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitRuntimeReady(t, rs)
 	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, podStatus(t, rs, id).State)
 	id2 := runPod(t, rs, podConfig("after"))
 	stopRemove(t, rs, id)
 	stopRemove(t, rs, id2)
+}
+
+// After a long outage of containerd, shimd reaches it again within its reconnect
+// backoff (at most 0.5 s) of its return, not after the containerd client's default
+// backoff, which grows to 10 s and answered Unavailable for that long although
+// containerd was back (TestCrashSoak's cleanup met it).
+func TestContainerdBackAfterLongOutage(t *testing.T) {
+	requireRoot(t)
+	env := harness.New(t, harness.Options{})
+	is := env.Shimd.Images(t)
+	waitReady(t, env.Shimd.Runtime(t))
+	_, err := is.ListImages(ctxT(t, 30*time.Second), &runtimeapi.ListImagesRequest{})
+	require.NoError(t, err)
+
+	env.Containerd.Kill()
+	// The client's default backoff (1 s, x1.6, up to 10 s) tries again at about 1,
+	// 2.6, 5.2, 9.3, 15.8 and 25.8 s after the loss: containerd's return after 19 s
+	// falls into a gap of about 7 s.
+	for end := time.Now().Add(19 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		_, err := is.ListImages(ctxT(t, 30*time.Second), &runtimeapi.ListImagesRequest{})
+		require.Equal(t, codes.Unavailable, status.Code(err), "ListImages while containerd is down: %v", err)
+	}
+	env.Containerd.Restart(t)
+	back := time.Now()
+	for {
+		_, err := is.ListImages(ctxT(t, 30*time.Second), &runtimeapi.ListImagesRequest{})
+		if err == nil {
+			break
+		}
+		require.Equal(t, codes.Unavailable, status.Code(err))
+		require.Less(t, time.Since(back), 2500*time.Millisecond,
+			"shimd still cannot reach containerd %s after it answered again: %v", time.Since(back), err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("shimd reached containerd %s after its return", time.Since(back).Round(time.Millisecond))
 }
 
 // crictl, as an operator uses it.

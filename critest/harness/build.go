@@ -55,7 +55,8 @@ func Build(pkg string) (string, error) {
 			return
 		}
 		bin := filepath.Join(dir, filepath.Base(pkg))
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		// The tags of make build (see the Makefile).
+		cmd := exec.Command("go", "build", "-tags", "nri_no_wasm", "-o", bin, pkg)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s in %s: %w\n%s", pkg, root, err, out)

@@ -58,7 +58,7 @@ func TestContainerdConfigIsTOML(t *testing.T) {
 }
 
 func TestShimdConfigIsTOML(t *testing.T) {
-	s := shimdConfig(&Shimd{dir: "/tmp/b", ns: "shimd"}, "/tmp/c.sock", "/bin/runc", "", "foo = 1\n[bar]\nx = 2")
+	s := shimdConfig(&Shimd{dir: "/tmp/b", ns: "shimd"}, "/tmp/c.sock", "/bin/runc", "", "debug", "foo = 1\n[bar]\nx = 2")
 	var m map[string]any
 	_, err := toml.Decode(s, &m)
 	require.NoError(t, err, s)

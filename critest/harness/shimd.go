@@ -50,6 +50,8 @@ type ShimdOptions struct {
 	Namespace string
 	// Env is added to shimd's environment (e.g. NOTIFY_SOCKET=...).
 	Env []string
+	// LogLevel of shimd. Empty: "debug".
+	LogLevel string
 	// Runsc adds the runtime handler "runsc" (gVisor: RunscRuntimeType with the
 	// options file of WriteRunscConfig, platform systrap). See SkipWithoutRunsc.
 	Runsc bool
@@ -110,7 +112,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 			extra += "\n[sandbox]\npause = " + strconv.Quote(s.pause) + "\n"
 		}
 	}
-	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, extra, opts.CNIBinDirs...)
+	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, or(opts.LogLevel, "debug"), extra, opts.CNIBinDirs...)
 	if opts.RuntimeType != "" {
 		cfg = strings.Replace(cfg, strconv.Quote("io.containerd.runc.v2"), strconv.Quote(opts.RuntimeType), 1)
 	}
@@ -143,13 +145,13 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 }
 
 // shimdConfig renders the TOML file shimd reads. shimd rejects unknown keys.
-func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, extra string, cniBinDirs ...string) string {
+func shimdConfig(s *Shimd, containerdAddr, runc, runcRoot, logLevel, extra string, cniBinDirs ...string) string {
 	q := strconv.Quote
 	var b strings.Builder
 	fmt.Fprintf(&b, "socket = %s\n", q(s.Socket()))
 	fmt.Fprintf(&b, "root_dir = %s\n", q(s.RootDir()))
 	fmt.Fprintf(&b, "state_dir = %s\n", q(s.StateDir()))
-	fmt.Fprintf(&b, "log_level = %s\n", q("debug"))
+	fmt.Fprintf(&b, "log_level = %s\n", q(logLevel))
 	if extra != "" {
 		fmt.Fprintf(&b, "\n%s\n\n", strings.TrimSpace(extra))
 	}
