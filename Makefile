@@ -48,7 +48,7 @@ integration-1.6:
 
 # Pod lifecycle through shimd and through containerd's own CRI plugin, same machine.
 bench: tools
-	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./critest/bench/
+	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 45m ./critest/bench/
 
 # critest v1.36.0 against shimd, offline (critest/README.md). CRITEST_FOCUS, CRITEST_PARALLEL.
 .PHONY: critest critest-soak critest-runsc integration-runsc
