@@ -51,7 +51,7 @@ integration-1.6:
 
 # Pod lifecycle through shimd and through containerd's own CRI plugin, same machine.
 bench: tools
-	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./critest/bench/
+	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 45m ./critest/bench/
 
 # The same with pause-less pods (sandbox.pause = "when-needed", README "Pause-less pods"):
 # containerd's CRI plugin keeps its pause containers.

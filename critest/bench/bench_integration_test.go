@@ -70,6 +70,7 @@ type pair struct {
 	shimd, cd     *target
 	shimdIS, cdIS runtimeapi.ImageServiceClient
 	shimdNS       string // shimd's containerd namespace
+	shimdEndpoint string // shimd's CRI endpoint, unix://...
 }
 
 // newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
@@ -119,6 +120,8 @@ func newPairOn(b *testing.B, handler string) *pair {
 		shimdIS: shimd.Images(b),
 		cdIS:    cdIS,
 		shimdNS: shimd.Namespace(),
+		// For a kubelet (BenchmarkKubeletObserved).
+		shimdEndpoint: shimd.Endpoint(),
 	}
 	p.shimd.is, p.cd.is = p.shimdIS, p.cdIS
 	b.Cleanup(func() {
