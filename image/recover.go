@@ -3,9 +3,11 @@ package image
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 )
 
@@ -33,9 +35,68 @@ type Leaser interface {
 
 // WithLease puts a new lease labelled LeaseLabel=kind on ctx (unless ctx has one);
 // done deletes it.
+// A done that fails (containerd went away meanwhile) leaves the lease to
+// DeleteAbandonedLeases, which shimd runs when containerd is back.
 func WithLease(ctx context.Context, cl Leaser, kind string) (context.Context, func(context.Context) error, error) {
-	return cl.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(leaseExpiry),
+	_, had := leases.FromContext(ctx)
+	lctx, done, err := cl.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(leaseExpiry),
 		leases.WithLabels(map[string]string{LeaseLabel: kind}))
+	if err != nil || had {
+		return lctx, done, err
+	}
+	id, _ := leases.FromContext(lctx)
+	return lctx, func(ctx context.Context) error {
+		err := done(ctx)
+		if err != nil && !errdefs.IsNotFound(err) {
+			abandoned.add(id)
+		}
+		return err
+	}, nil
+}
+
+// abandoned are the leases of finished work whose deletion failed.
+var abandoned = &leaseSet{ids: map[string]bool{}}
+
+type leaseSet struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (s *leaseSet) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids[id] = true
+}
+
+func (s *leaseSet) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id := range s.ids {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (s *leaseSet) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.ids, id)
+}
+
+// DeleteAbandonedLeases deletes the leases whose done failed, so that containerd's
+// garbage collector removes what only they held (a writable layer whose container
+// was never recorded); those still failing stay for the next call.
+func DeleteAbandonedLeases(ctx context.Context, ls leases.Manager) {
+	for _, id := range abandoned.list() {
+		err := ls.Delete(ctx, leases.Lease{ID: id})
+		if err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).WithField("lease", id).Warn("delete abandoned lease")
+			continue
+		}
+		abandoned.remove(id)
+		log.G(ctx).WithField("lease", id).Info("deleted the lease of work that ended while containerd was away")
+	}
 }
 
 // Recover deletes the leases of work a previous shimd left unfinished.

@@ -284,12 +284,14 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	})
 	// One event monitor for all tasks. A pause process's exit makes its sandbox
 	// NOTREADY before the runtime service publishes it; after a resubscription the
-	// sandboxes are re-read first, then the containers, then leftovers are swept.
+	// sandboxes are re-read first, then the containers, then leftovers are swept and
+	// the leases that could not be deleted while containerd was away are deleted.
+	deleteAbandonedLeases := func(ctx context.Context) { image.DeleteAbandonedLeases(ctx, cl.LeasesService()) }
 	events := taskevents.New(taskevents.Options{
 		Events: cl, Namespace: cfg.Containerd.Namespace,
 		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, rs.TaskExit},
 		OOM:    []taskevents.OOMHandler{rs.TaskOOM},
-		Resync: []func(context.Context){sandboxes.Resync, rs.Resync, sandboxes.SweepLive},
+		Resync: []func(context.Context){sandboxes.Resync, rs.Resync, sandboxes.SweepLive, deleteAbandonedLeases},
 	})
 	w := wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events, stopCDI: stopCDI}
 	if plugins != nil {
