@@ -34,6 +34,7 @@ import (
 const (
 	defaultStorage = "/var/cache/shimd/registry"
 	defaultCache   = "/var/cache/shimd/images"
+	defaultTools   = "/var/cache/shimd/tools"
 	stampFile      = "shimd-stamp"
 	listFile       = "shimd-images.txt"
 	// formatVersion changes when this program's output changes for the
@@ -47,12 +48,14 @@ func main() {
 	force := flag.Bool("force", false, "rebuild and push even if the stamp says the storage is up to date")
 	list := flag.Bool("list", false, "print the images (name, digest, what it is) after building")
 	clean := flag.Bool("clean", false, "empty the storage first (drops names no longer in the set); implies -force")
+	agnhost := flag.String("agnhost", filepath.Join(envOr("SHIMD_TOOLS", defaultTools), "bin", "agnhost"),
+		"the agnhost binary for registry.k8s.io/e2e-test-images/agnhost (hack/tools.sh e2e); the image is left out when it is missing")
 	flag.Parse()
 	start := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "mkimages [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	if err := build(*storage, *cache, *force, *clean, logf); err != nil {
+	if err := build(config{storage: *storage, cache: *cache, agnhost: *agnhost, force: *force, clean: *clean}, logf); err != nil {
 		fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
 		os.Exit(1)
 	}
@@ -66,7 +69,13 @@ func main() {
 	}
 }
 
-func build(storage, cache string, force, clean bool, logf func(string, ...any)) error {
+type config struct {
+	storage, cache, agnhost string
+	force, clean            bool
+}
+
+func build(cfg config, logf func(string, ...any)) error {
+	storage, cache, force, clean := cfg.storage, cfg.cache, cfg.force, cfg.clean
 	repo, err := repoRoot()
 	if err != nil {
 		return err
@@ -95,7 +104,15 @@ func build(storage, cache string, force, clean bool, logf func(string, ...any)) 
 	if err != nil {
 		return err
 	}
-	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey)
+	agnhost, err := os.ReadFile(cfg.agnhost)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	agnhostKey := "no agnhost"
+	if agnhost != nil {
+		agnhostKey = fmt.Sprintf("agnhost %x", sha256.Sum256(agnhost))
+	}
+	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey+"\n"+agnhostKey)
 	if err != nil {
 		return err
 	}
@@ -109,7 +126,7 @@ func build(storage, cache string, force, clean bool, logf func(string, ...any)) 
 	if err != nil {
 		return err
 	}
-	in := inputs{Helpers: map[string][]byte{}}
+	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost}
 	if in.Busybox, err = os.ReadFile(bb); err != nil {
 		return err
 	}
