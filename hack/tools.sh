@@ -7,7 +7,7 @@
 #   hack/tools.sh kubelet    kubelet v1.34.12 (about 6 minutes, 1.5 GB of memory)
 #   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            v1.34.12 and etcd, for the one-node cluster (make e2e-cluster)
-#   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost, kube-proxy and the
+#   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost and the
 #                            ginkgo CLI of e2e.test's ginkgo, v1.34.12 (make node-conformance;
 #                            about 15 minutes and 4 GB of memory the first time)
 #   hack/tools.sh runsc      gVisor's runsc and containerd-shim-runsc-v1 (the runsc runtime handler)
@@ -78,7 +78,7 @@ critools() {
 		go mod init x >/dev/null 2>&1
 		go get "sigs.k8s.io/cri-tools@$CRITOOLS_VERSION" >/dev/null 2>&1
 		go build -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/crictl" sigs.k8s.io/cri-tools/cmd/crictl
-		go test -c -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
+		go test -c -vet=off -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
 		go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO_VERSION"
 	)
 	rm -rf "$d"
@@ -158,13 +158,12 @@ etcd_bin() {
 	rm -rf "$e"
 }
 
-# The upstream e2e test binary of the same release (go test -c k8s.io/kubernetes/test/e2e),
-# agnhost (the e2e tests' do-everything image binary, packed into an image by
-# critest/images), kube-proxy for the cluster's Services, and the ginkgo CLI of the version
+# The upstream e2e test binary of the same release (go test -c k8s.io/kubernetes/test/e2e,
+# without vet: vet of its thousands of dependencies doubles the build), agnhost (the e2e
+# tests' do-everything image binary, packed into an image by critest/images) and the ginkgo CLI of the version
 # e2e.test is built with (a parallel run needs the two to match), all from one throwaway
 # module. The release is written next to them: e2e.test and agnhost print none.
 e2e_bins() {
-	kube_bins kube-proxy
 	if [ -x "$BIN/e2e.test" ] && [ -x "$BIN/agnhost" ] && [ -x "$BIN/ginkgo-e2e" ] &&
 		[ "$(cat "$BIN/e2e.test.version" 2>/dev/null)" = "$KUBELET_VERSION" ]; then return 0; fi
 	log "building e2e.test, agnhost and ginkgo $KUBELET_VERSION (about 15 minutes, 4 GB of memory)"
@@ -176,7 +175,7 @@ e2e_bins() {
 		k8s_module k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost/netexec github.com/onsi/ginkgo/v2/ginkgo/command
 		go build -o "$out/ginkgo-e2e" github.com/onsi/ginkgo/v2/ginkgo
 		k8s_build "$out/agnhost" k8s.io/kubernetes/test/images/agnhost
-		go test -c -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
+		go test -c -vet=off -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
 			-o "$out/e2e.test" k8s.io/kubernetes/test/e2e
 		go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2 >"$out/ginkgo-e2e.version"
 	)
