@@ -164,7 +164,7 @@ etcd_bin() {
 # e2e.test is built with (a parallel run needs the two to match), all from one throwaway
 # module. The release is written next to them: e2e.test and agnhost print none.
 e2e_bins() {
-	if [ -x "$BIN/e2e.test" ] && [ -x "$BIN/agnhost" ] && [ -x "$BIN/ginkgo-e2e" ] &&
+	if [ -x "$BIN/e2e.test" ] && [ -x "$BIN/agnhost" ] && [ -x "$BIN/ginkgo-e2e" ] && [ -f "$BIN/agnhost-porter/localhost.key" ] &&
 		[ "$(cat "$BIN/e2e.test.version" 2>/dev/null)" = "$KUBELET_VERSION" ]; then return 0; fi
 	log "building e2e.test, agnhost and ginkgo $KUBELET_VERSION (about 15 minutes, 4 GB of memory)"
 	local d out
@@ -178,8 +178,13 @@ e2e_bins() {
 		go test -c -vet=off -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
 			-o "$out/e2e.test" k8s.io/kubernetes/test/e2e
 		go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2 >"$out/ginkgo-e2e.version"
+		# The image has porter's test certificate at /localhost.crt and /localhost.key
+		# (netexec --tls-cert-file in the https lifecycle hook tests).
+		mkdir "$out/agnhost-porter"
+		cp "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)"/test/images/agnhost/porter/localhost.{crt,key} "$out/agnhost-porter/"
 	)
-	for b in ginkgo-e2e ginkgo-e2e.version agnhost e2e.test; do mv "$out/$b" "$BIN/$b"; done
+	rm -rf "$BIN/agnhost-porter"
+	for b in ginkgo-e2e ginkgo-e2e.version agnhost-porter agnhost e2e.test; do mv "$out/$b" "$BIN/$b"; done
 	echo "$KUBELET_VERSION" >"$BIN/e2e.test.version"
 	rm -rf "$d" "$out"
 }

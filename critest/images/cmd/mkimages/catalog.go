@@ -14,9 +14,10 @@ type inputs struct {
 	Busybox []byte            // static busybox
 	Applets []string          // its applet names (busybox --list)
 	Helpers map[string][]byte // by name: nginx, httpd, nonewprivs, pause, curl
-	// Agnhost is the agnhost binary of the Kubernetes release the e2e tests are
-	// (hack/tools.sh e2e); nil leaves the agnhost image out of the set.
-	Agnhost []byte
+	// Agnhost holds the agnhost binary of the Kubernetes release of the e2e tests
+	// ("agnhost") and porter's test certificate ("localhost.crt", "localhost.key"),
+	// from hack/tools.sh e2e; nil leaves the agnhost image out of the set.
+	Agnhost map[string][]byte
 }
 
 const (
@@ -196,13 +197,14 @@ func catalog(in inputs) ([]*image, error) {
 // agnhostImage is registry.k8s.io/e2e-test-images/agnhost:2.56 as upstream's
 // Dockerfile makes it (test/images/agnhost), on the busybox base instead of
 // Alpine: the real /agnhost of the release (hack/tools.sh e2e), /agnhost-2 (a link
-// the entrypoint tests call), /uploads, the user-defined-in-image user (1000) in
+// the entrypoint tests call), /uploads, porter's /localhost.crt and /localhost.key, the user-defined-in-image user (1000) in
 // group-defined-in-image (50000), and of Alpine's tools the ones e2e tests run in
 // agnhost pods: curl (the cmd/curl stand-in), nc, sh and /bin/bash (a script
 // running busybox sh). Entrypoint /agnhost, Cmd pause.
 func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
 	bin := b.layer("agnhost 2.56 (k8s.io/kubernetes/test/images/agnhost, hack/tools.sh e2e), /agnhost-2, /uploads", []entry{
-		file("agnhost", 0o755, in.Agnhost), hardlink("agnhost-2", "agnhost"), dir("uploads", 0o755),
+		file("agnhost", 0o755, in.Agnhost["agnhost"]), hardlink("agnhost-2", "agnhost"), dir("uploads", 0o755),
+		file("localhost.crt", 0o644, in.Agnhost["localhost.crt"]), file("localhost.key", 0o600, in.Agnhost["localhost.key"]),
 	})
 	tools := b.layer("curl stand-in (critest/images/cmd/curl), /bin/bash running busybox sh, user-defined-in-image", []entry{
 		file("usr/bin/curl", 0o755, in.Helpers["curl"]),

@@ -61,7 +61,7 @@ func fakeInputs() inputs {
 		Busybox: []byte("busybox"),
 		Applets: []string{"[", "busybox", "ipcs", "ls", "pgrep", "sh"},
 		Helpers: map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z"), "curl": []byte("c")},
-		Agnhost: []byte("agnhost"),
+		Agnhost: map[string][]byte{"agnhost": []byte("agnhost"), "localhost.crt": []byte("crt"), "localhost.key": []byte("key")},
 	}
 }
 
@@ -144,6 +144,8 @@ func TestAgnhostImage(t *testing.T) {
 	require.Equal(t, "agnhost", files["agnhost"])
 	require.Equal(t, "agnhost", files["agnhost-2"], "a hard link to /agnhost")
 	require.Equal(t, "c", files["usr/bin/curl"])
+	require.Equal(t, "crt", files["localhost.crt"])
+	require.Equal(t, "key", files["localhost.key"])
 	require.Contains(t, files["bin/bash"], "exec /bin/sh")
 	require.Contains(t, files["etc/group"], "group-defined-in-image:x:50000:user-defined-in-image")
 

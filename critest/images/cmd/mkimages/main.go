@@ -104,13 +104,17 @@ func build(cfg config, logf func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	agnhost, err := os.ReadFile(cfg.agnhost)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	agnhost, err := readAgnhost(cfg.agnhost)
+	if err != nil {
 		return err
 	}
 	agnhostKey := "no agnhost"
 	if agnhost != nil {
-		agnhostKey = fmt.Sprintf("agnhost %x", sha256.Sum256(agnhost))
+		h := sha256.New()
+		for _, n := range sortedKeys(agnhost) {
+			fmt.Fprintf(h, "%s %x\n", n, sha256.Sum256(agnhost[n]))
+		}
+		agnhostKey = fmt.Sprintf("agnhost %x", h.Sum(nil))
 	}
 	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey+"\n"+agnhostKey)
 	if err != nil {
@@ -179,6 +183,37 @@ func build(cfg config, logf func(string, ...any)) error {
 		return err
 	}
 	return writeAtomic(stamp, []byte(key+"\n"))
+}
+
+// readAgnhost reads the agnhost binary at path and porter's test certificate and
+// key that hack/tools.sh e2e puts beside it (agnhost-porter/localhost.crt, .key),
+// by their paths in the image; nil when there is no agnhost.
+func readAgnhost(path string) (map[string][]byte, error) {
+	bin, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{"agnhost": bin}
+	for _, n := range []string{"localhost.crt", "localhost.key"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "agnhost-porter", n))
+		if err != nil {
+			return nil, fmt.Errorf("agnhost's test certificate (run hack/tools.sh e2e again): %w", err)
+		}
+		files[n] = b
+	}
+	return files, nil
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // sourceKey hashes what the image set is built from: every file under
