@@ -116,6 +116,16 @@ e2e-kubelet: tools
 e2e-cluster: tools
 	bash hack/tools.sh cluster && $(GO) test -tags integration -count=1 -timeout 40m -run TestCluster -v ./critest/cluster/
 
+# The upstream Kubernetes v1.34.12 e2e tests focused on [NodeConformance] against the
+# one-node cluster, offline (critest/cluster, skips in critest/skip-node-conformance).
+# Not part of check. The first run builds e2e.test, agnhost and the ginkgo CLI of the
+# same version (hack/tools.sh e2e, about 15 minutes, 4 GB of memory);
+# NODE_CONFORMANCE_PARALLEL (default 4), NODE_CONFORMANCE_FOCUS, NODE_CONFORMANCE_REPORT_DIR.
+.PHONY: node-conformance
+node-conformance: tools
+	bash hack/tools.sh cluster && bash hack/tools.sh e2e && \
+		SHIMD_NODE_CONFORMANCE=1 $(GO) test -tags integration -count=1 -timeout 90m -run TestNodeConformance -v ./critest/cluster/
+
 tools:
 	bash hack/tools.sh all
 

@@ -7,6 +7,9 @@
 #   hack/tools.sh kubelet    kubelet v1.34.12 (about 6 minutes, 1.5 GB of memory)
 #   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            v1.34.12 and etcd, for the one-node cluster (make e2e-cluster)
+#   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost and the
+#                            ginkgo CLI of e2e.test's ginkgo, v1.34.12 (make node-conformance;
+#                            about 15 minutes and 4 GB of memory the first time)
 #   hack/tools.sh runsc      gVisor's runsc and containerd-shim-runsc-v1 (the runsc runtime handler)
 #   hack/tools.sh all        all of the above but runsc (over 3 minutes: built by make critest-runsc)
 # Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
@@ -75,7 +78,7 @@ critools() {
 		go mod init x >/dev/null 2>&1
 		go get "sigs.k8s.io/cri-tools@$CRITOOLS_VERSION" >/dev/null 2>&1
 		go build -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/crictl" sigs.k8s.io/cri-tools/cmd/crictl
-		go test -c -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
+		go test -c -vet=off -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
 		go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO_VERSION"
 	)
 	rm -rf "$d"
@@ -155,6 +158,37 @@ etcd_bin() {
 	rm -rf "$e"
 }
 
+# The upstream e2e test binary of the same release (go test -c k8s.io/kubernetes/test/e2e,
+# without vet: vet of its thousands of dependencies doubles the build), agnhost (the e2e
+# tests' do-everything image binary, packed into an image by critest/images) and the ginkgo CLI of the version
+# e2e.test is built with (a parallel run needs the two to match), all from one throwaway
+# module. The release is written next to them: e2e.test and agnhost print none.
+e2e_bins() {
+	if [ -x "$BIN/e2e.test" ] && [ -x "$BIN/agnhost" ] && [ -x "$BIN/ginkgo-e2e" ] && [ -f "$BIN/agnhost-porter/localhost.key" ] &&
+		[ "$(cat "$BIN/e2e.test.version" 2>/dev/null)" = "$KUBELET_VERSION" ]; then return 0; fi
+	log "building e2e.test, agnhost and ginkgo $KUBELET_VERSION (about 15 minutes, 4 GB of memory)"
+	local d out
+	d=$(mktemp -d)
+	out=$(mktemp -d)
+	(
+		cd "$d"
+		k8s_module k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost/netexec github.com/onsi/ginkgo/v2/ginkgo/command
+		go build -o "$out/ginkgo-e2e" github.com/onsi/ginkgo/v2/ginkgo
+		k8s_build "$out/agnhost" k8s.io/kubernetes/test/images/agnhost
+		go test -c -vet=off -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
+			-o "$out/e2e.test" k8s.io/kubernetes/test/e2e
+		go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2 >"$out/ginkgo-e2e.version"
+		# The image has porter's test certificate at /localhost.crt and /localhost.key
+		# (netexec --tls-cert-file in the https lifecycle hook tests).
+		mkdir "$out/agnhost-porter"
+		cp "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)"/test/images/agnhost/porter/localhost.{crt,key} "$out/agnhost-porter/"
+	)
+	rm -rf "$BIN/agnhost-porter"
+	for b in ginkgo-e2e ginkgo-e2e.version agnhost-porter agnhost e2e.test; do mv "$out/$b" "$BIN/$b"; done
+	echo "$KUBELET_VERSION" >"$BIN/e2e.test.version"
+	rm -rf "$d" "$out"
+}
+
 # runsc and its containerd shim from one gVisor commit, static (CGO_ENABLED=0). The
 # version is written next to them: neither binary prints the module version.
 #
@@ -199,6 +233,7 @@ critools) critools ;;
 kubelet) kube_bins kubelet ;;
 runsc) runsc_bins ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
+e2e) e2e_bins ;;
 all) debs; containerd_bins; runc_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
-*) echo "usage: $0 debs|containerd|runc|critools|kubelet|runsc|cluster|all" >&2; exit 2 ;;
+*) echo "usage: $0 debs|containerd|runc|critools|kubelet|runsc|cluster|e2e|all" >&2; exit 2 ;;
 esac

@@ -16,7 +16,8 @@ import (
 //
 //	<RFC3339Nano timestamp> <stdout|stderr> <P|F> <message>\n
 //
-// A line longer than maxLogLine is split into partial (P) lines and a final (F) one.
+// A line longer than maxLogLine is split into partial (P) lines and a final (F) one;
+// output that ends without a newline ends with a partial line.
 const maxLogLine = 16 * 1024
 
 // logFile is a container's CRI log. Both streams write to it; ReopenContainerLog
@@ -109,8 +110,11 @@ func copyLogStream(r io.Reader, stream string, log *logFile, raw io.Writer) erro
 			if log != nil {
 				full := line[len(line)-1] == '\n'
 				msg := bytes.TrimSuffix(line, []byte{'\n'})
-				// A full buffer is a partial line; EOF without newline ends a final one.
-				log.writeLine(stream, !full && errors.Is(err, bufio.ErrBufferFull), msg)
+				// A full buffer is a partial line, and so is output that ends without a
+				// newline (as containerd's CRI writes it): the kubelet adds a newline to
+				// an F line, so "echo -n DONE" must stay "DONE" in kubectl logs and in a
+				// termination message read from the log.
+				log.writeLine(stream, !full, msg)
 			}
 		}
 		switch {

@@ -19,7 +19,8 @@ func TestCopyLogStream(t *testing.T) {
 	}{
 		{"lines", "hello\nworld\n", []string{"stdout F hello", "stdout F world"}},
 		{"empty line", "\n", []string{"stdout F "}},
-		{"no trailing newline", "a\nb", []string{"stdout F a", "stdout F b"}},
+		{"no trailing newline", "a\nb", []string{"stdout F a", "stdout P b"}},
+		{"echo -n", "DONE", []string{"stdout P DONE"}},
 		{"long line is split", long + "\n", []string{"stdout P " + long[:maxLogLine], "stdout F " + long[maxLogLine:]}},
 		{"exactly max", strings.Repeat("y", maxLogLine) + "\n", []string{"stdout P " + strings.Repeat("y", maxLogLine), "stdout F "}},
 	}

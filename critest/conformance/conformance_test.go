@@ -64,6 +64,24 @@ func TestSkipFile(t *testing.T) {
 	}
 }
 
+// TestNodeConformanceSkipFile checks critest/skip-node-conformance (make
+// node-conformance): it parses, and it skips the privileged test and nothing else
+// of these.
+func TestNodeConformanceSkipFile(t *testing.T) {
+	skips, err := ReadSkipFile(filepath.Join("..", "skip-node-conformance"))
+	require.NoError(t, err)
+	require.NotEmpty(t, skips)
+	re := regexp.MustCompile(SkipRegex(skips))
+	for test, skipped := range map[string]bool{
+		"[sig-node] PrivilegedPod [NodeConformance] should enable privileged commands [LinuxOnly]":                                                                            true,
+		"[sig-node] Pods should be updated [NodeConformance] [Conformance]":                                                                                                   false,
+		"[sig-node] Security Context When creating a pod with privileged should run the container as privileged when true [LinuxOnly] [NodeFeature:HostAccess]":               false,
+		"[sig-node] Container Lifecycle Hook when create a pod with lifecycle hook should execute prestop https hook properly [MinimumKubeletVersion:1.23] [NodeConformance]": false,
+	} {
+		require.Equal(t, skipped, re.MatchString(test), test)
+	}
+}
+
 func TestSkipRegex(t *testing.T) {
 	require.Equal(t, "", SkipRegex(nil))
 	require.Equal(t, "(?:a|b)|(?:c)", SkipRegex([]Skip{{Pattern: "a|b"}, {Pattern: "c"}}))

@@ -3,17 +3,13 @@
 package conformance
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,7 +72,7 @@ func TestCritest(t *testing.T) {
 	for run := 1; run <= settings.Runs; run++ {
 		logPath := filepath.Join(work, fmt.Sprintf("critest-%d.log", run))
 		t.Logf("critest run %d of %d: %s %s (log %s)", run, settings.Runs, critestBin, strings.Join(args, " "), logPath)
-		sum, ok, err := runCritest(t, critestCmd{bin: critestBin, args: args, pathDir: toolsBin, tmp: work, logPath: logPath})
+		sum, ok, err := Run(t, Cmd{Bin: critestBin, Args: args, PathDir: toolsBin, Tmp: work, LogPath: logPath, Reserve: cleanupReserve})
 		switch {
 		case !ok:
 			t.Errorf("run %d: no ginkgo summary in critest's output (%v)", run, err)
@@ -115,68 +111,6 @@ func repoSkips(t *testing.T) []Skip {
 		t.Fatal(err)
 	}
 	return skips
-}
-
-// critestCmd is one critest invocation.
-type critestCmd struct {
-	bin     string
-	args    []string
-	pathDir string // put first in PATH (the ginkgo CLI)
-	tmp     string // parent of critest's TMPDIR
-	logPath string
-}
-
-// runCritest runs critest, streaming its output to the test's stdout and to
-// c.logPath, and parses ginkgo's summary. It stops critest (SIGINT to its
-// process group, which holds the ginkgo CLI and its nodes, then SIGKILL)
-// cleanupReserve before go test's deadline.
-func runCritest(t *testing.T, c critestCmd) (Summary, bool, error) {
-	t.Helper()
-	ctx := context.Background()
-	if dl, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-cleanupReserve))
-		defer cancel()
-	}
-	logf, err := os.Create(c.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	// critest -parallel leaves a /tmp/cri-test* directory behind: give it
-	// a private TMPDIR, removed with the base directory.
-	tmp, err := os.MkdirTemp(c.tmp, "tmp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	w := io.MultiWriter(os.Stdout, logf, &out)
-
-	cmd := exec.CommandContext(ctx, c.bin, c.args...)
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(),
-		"PATH="+c.pathDir+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"TMPDIR="+tmp)
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	cmd.Cancel = func() error {
-		// ginkgo reports what was running when interrupted.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-	}
-	cmd.WaitDelay = time.Minute
-	start := time.Now()
-	runErr := cmd.Run()
-	if cmd.Process != nil {
-		// Whatever of the group is left (nodes of an interrupted run): the
-		// group is critest's own, created above.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	if ctx.Err() != nil {
-		runErr = fmt.Errorf("%w (stopped %s before go test's timeout): %v", ctx.Err(), cleanupReserve, runErr)
-	}
-	t.Logf("critest exited after %s: %v", time.Since(start).Round(time.Second), runErr)
-	sum, ok := ParseSummary(out.String())
-	return sum, ok, runErr
 }
 
 // checkNoPodsOrContainers asserts that shimd lists no pod sandbox and no

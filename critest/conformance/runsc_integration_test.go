@@ -56,8 +56,8 @@ func TestCritestRunsc(t *testing.T) {
 			LeakTimeout: time.Minute,
 		})
 		crictlCfg := filepath.Join(filepath.Dir(env.Shimd.ConfigPath()), "crictl.yaml")
-		shimd = runRunscSuite(t, critestCmd{bin: tools.Critest, pathDir: toolsBin, tmp: work,
-			args: Args(env.Shimd.Endpoint(), crictlCfg, settings, SkipRegex(skips)), logPath: filepath.Join(work, "critest-shimd.log")})
+		shimd = runRunscSuite(t, Cmd{Bin: tools.Critest, PathDir: toolsBin, Tmp: work, Reserve: cleanupReserve,
+			Args: Args(env.Shimd.Endpoint(), crictlCfg, settings, SkipRegex(skips)), LogPath: filepath.Join(work, "critest-shimd.log")})
 		removeLeftPods(t, env.Shimd.Endpoint())
 	})
 	t.Run("containerd", func(t *testing.T) {
@@ -75,8 +75,8 @@ func TestCritestRunsc(t *testing.T) {
 		if err := os.WriteFile(crictlCfg, []byte(fmt.Sprintf("runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 60\n", endpoint, endpoint)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		containerd = runRunscSuite(t, critestCmd{bin: tools.Critest, pathDir: toolsBin, tmp: work,
-			args: Args(endpoint, crictlCfg, settings, SkipRegex(skips)), logPath: filepath.Join(work, "critest-containerd.log")})
+		containerd = runRunscSuite(t, Cmd{Bin: tools.Critest, PathDir: toolsBin, Tmp: work, Reserve: cleanupReserve,
+			Args: Args(endpoint, crictlCfg, settings, SkipRegex(skips)), LogPath: filepath.Join(work, "critest-containerd.log")})
 		removeLeftPods(t, endpoint)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -139,10 +139,10 @@ func removeLeftPods(t *testing.T, endpoint string) {
 
 // runRunscSuite runs critest once and returns its summary, logging the failures; a
 // missing summary fails the test.
-func runRunscSuite(t *testing.T, c critestCmd) Summary {
+func runRunscSuite(t *testing.T, c Cmd) Summary {
 	t.Helper()
-	t.Logf("critest: %s %s (log %s)", c.bin, strings.Join(c.args, " "), c.logPath)
-	sum, ok, err := runCritest(t, c)
+	t.Logf("critest: %s %s (log %s)", c.Bin, strings.Join(c.Args, " "), c.LogPath)
+	sum, ok, err := Run(t, c)
 	if !ok {
 		t.Errorf("no ginkgo summary in critest's output (%v)", err)
 		return Summary{}

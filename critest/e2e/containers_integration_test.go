@@ -255,6 +255,10 @@ func TestContainerLogsPartialLinesAndReopen(t *testing.T) {
 	log := waitLog(t, path, "stdout F first")
 	require.Contains(t, log, " stdout P "+strings.Repeat("a", 16384)+"\n")
 	require.Contains(t, log, " stdout F "+strings.Repeat("a", 20000-16384)+"\n")
+	// Output that ends without a newline is a partial line: the kubelet adds a
+	// newline to an F line (a termination message from the log would be "DONE\n").
+	nonl := pod.run(pod.container("nonl", "sh", "-c", "printf DONE"))
+	waitLog(t, containerStatus(t, rs, nonl).LogPath, "stdout P DONE\n")
 
 	require.NoError(t, os.Rename(path, path+".1"))
 	_, err := rs.ReopenContainerLog(ctxT(t, time.Minute), &runtimeapi.ReopenContainerLogRequest{ContainerId: id})

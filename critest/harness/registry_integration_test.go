@@ -108,6 +108,10 @@ func TestRegistryMirrorPull(t *testing.T) {
 		for _, want := range []string{"Shared Memory Segments", "uid=65534(nobody)", "/bin/ls\n", "hard-linked"} {
 			require.Contains(t, out, want)
 		}
+		// sh passes variables whose names are not shell names on to its children, as
+		// upstream busybox does (Debian's sanitizes them away).
+		out = r.run(pulled["docker.io/library/busybox:latest"], oci.WithProcessArgs("sh", "-c", "env"), oci.WithEnv([]string{"data-1=value-1"}))
+		require.Contains(t, out, "data-1=value-1\n")
 	})
 	t.Run("nonewprivs", func(t *testing.T) {
 		r.t = t

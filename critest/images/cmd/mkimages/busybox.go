@@ -27,7 +27,12 @@ const (
 // busyboxConfig is set on top of "make defconfig". Static: the image has
 // no libc. defconfig already uses busybox's own passwd/group functions
 // (CONFIG_USE_BB_PWD_GRP), so "id nobody" needs no NSS modules.
-var busyboxConfig = []string{"CONFIG_STATIC=y"}
+// FEATURE_DI_ENV_HACK: Debian reverts upstream's ash change that keeps
+// environment variables whose names are not shell names ("data-1=value-1")
+// for the children of sh, and puts it back behind this option; upstream
+// busybox (the e2e tests' busybox 1.37 image) keeps them, and Kubernetes'
+// e2e tests check "sh -c env" for such variables from a ConfigMap.
+var busyboxConfig = []string{"CONFIG_STATIC=y", "CONFIG_FEATURE_DI_ENV_HACK=y"}
 
 const debSrcFile = "/etc/apt/sources.list.d/shimd-deb-src.sources"
 

@@ -13,7 +13,11 @@ import (
 type inputs struct {
 	Busybox []byte            // static busybox
 	Applets []string          // its applet names (busybox --list)
-	Helpers map[string][]byte // by name: nginx, httpd, nonewprivs, pause
+	Helpers map[string][]byte // by name: nginx, httpd, nonewprivs, pause, curl
+	// Agnhost holds the agnhost binary of the Kubernetes release of the e2e tests
+	// ("agnhost") and porter's test certificate ("localhost.crt", "localhost.key"),
+	// from hack/tools.sh e2e; nil leaves the agnhost image out of the set.
+	Agnhost map[string][]byte
 }
 
 const (
@@ -85,7 +89,7 @@ func catalog(in inputs) ([]*image, error) {
 	marker := func(p string) *layer { return b.layer("marker file /"+p, []entry{file(p, 0o644, nil)}) }
 
 	imgs := []*image{
-		{Names: []string{e2e + "busybox:1.29-2"}, Doc: "busybox: critest's default container image",
+		{Names: []string{e2e + "busybox:1.29-2", e2e + "busybox:1.37.0-1"}, Doc: "busybox: critest's default container image and the Kubernetes e2e tests' (v1.34)",
 			Layers: base, Config: sh, Format: dockerV2List},
 		{Names: []string{"docker.io/library/busybox:latest", "docker.io/library/busybox:1.36"},
 			Doc: "busybox for shimd's own tests: one image, two tags", Layers: base, Config: sh, Format: ociIndex},
@@ -116,11 +120,11 @@ func catalog(in inputs) ([]*image, error) {
 		file("usr/local/bin/httpd-foreground", 0o755, []byte(httpdForeground)),
 	})
 	imgs = append(imgs,
-		&image{Names: []string{e2e + "nginx:1.14-2"}, Doc: "nginx stand-in: HTTP 200 on :80, /var/run/nginx.pid, 'nginx: master process'",
+		&image{Names: []string{e2e + "nginx:1.14-2", e2e + "nginx:1.14-4"}, Doc: "nginx stand-in: HTTP 200 on :80, /var/run/nginx.pid, 'nginx: master process'",
 			Layers: with(nginxBin, nginxConf(80)), Config: nginxCfg(""), Format: dockerV2List},
 		&image{Names: []string{cri + "hostnet-nginx-amd64"}, Doc: "the nginx stand-in listening on :12003 (for host-network pods)",
 			Layers: with(nginxBin, nginxConf(12003)), Config: nginxCfg("SIGQUIT"), Format: dockerV2List},
-		&image{Names: []string{e2e + "httpd:2.4.39-4"}, Doc: "httpd stand-in: HTTP 200 on :80, logs 'httpd'; StopSignal SIGWINCH",
+		&image{Names: []string{e2e + "httpd:2.4.39-4", e2e + "httpd:2.4.38-4"}, Doc: "httpd stand-in: HTTP 200 on :80, logs 'httpd'; StopSignal SIGWINCH",
 			Layers: with(httpd), Format: dockerV2List, Config: ocispec.ImageConfig{
 				Env:        []string{"PATH=/usr/local/apache2/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HTTPD_PREFIX=/usr/local/apache2"},
 				Cmd:        []string{"httpd-foreground"},
@@ -129,7 +133,12 @@ func catalog(in inputs) ([]*image, error) {
 			Format: dockerV2List, Layers: with(b.layer("nnp stand-in, setuid root (critest/images/cmd/nonewprivs)", []entry{
 				file("usr/local/bin/nnp", 0o4755, in.Helpers["nonewprivs"])})),
 			Config: ocispec.ImageConfig{Env: []string{pathEnv}, Entrypoint: []string{"/usr/local/bin/nnp"}}},
+		&image{Names: []string{e2e + "nonroot:1.4"}, Doc: "busybox with image config User 1234 (the e2e tests' runAsNonRoot image)",
+			Layers: base, Config: ocispec.ImageConfig{Env: []string{pathEnv}, Cmd: []string{"sh"}, User: "1234"}, Format: dockerV2List},
 	)
+	if in.Agnhost != nil {
+		imgs = append(imgs, agnhostImage(&b, in, with))
+	}
 
 	// cri-tools' image specs: busybox plus a marker file, as upstream's
 	// images/image-test/Dockerfile (ADD ${TEST} ${TEST}).
@@ -169,6 +178,8 @@ func catalog(in inputs) ([]*image, error) {
 			Layers: []*layer{pause}, Config: pauseCfg, Format: ociIndex},
 		&image{Names: []string{"registry.k8s.io/pause:3.10.2"}, Doc: "pause: containerd 2.4's default sandbox image",
 			Layers: []*layer{pause}, Config: pauseCfg, Format: ociIndex},
+		&image{Names: []string{"registry.k8s.io/pause:3.10.1"}, Doc: "pause: the Kubernetes v1.34 e2e tests' pause image",
+			Layers: []*layer{pause}, Config: pauseCfg, Format: dockerV2List},
 		&image{Names: []string{"registry.k8s.io/pause:3.6"}, Doc: "pause: containerd 1.6's default sandbox image",
 			Layers: []*layer{pause}, Config: pauseCfg, Format: dockerV2List},
 	)
@@ -181,6 +192,31 @@ func catalog(in inputs) ([]*image, error) {
 	imgs = append(imgs, &image{Names: []string{"docker.io/shimd/bench:50mb"},
 		Doc: "pull benchmark: ~50 MB in 6 layers (busybox + 4 x 12.6 MB incompressible)", Layers: bench, Config: sh, Format: ociManifest})
 	return imgs, b.err
+}
+
+// agnhostImage is registry.k8s.io/e2e-test-images/agnhost:2.56 as upstream's
+// Dockerfile makes it (test/images/agnhost), on the busybox base instead of
+// Alpine: the real /agnhost of the release (hack/tools.sh e2e), /agnhost-2 (a link
+// the entrypoint tests call), /uploads, porter's /localhost.crt and /localhost.key, the user-defined-in-image user (1000) in
+// group-defined-in-image (50000), and of Alpine's tools the ones e2e tests run in
+// agnhost pods: curl (the cmd/curl stand-in), nc, sh and /bin/bash (a script
+// running busybox sh). Entrypoint /agnhost, Cmd pause.
+func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
+	bin := b.layer("agnhost 2.56 (k8s.io/kubernetes/test/images/agnhost, hack/tools.sh e2e), /agnhost-2, /uploads", []entry{
+		file("agnhost", 0o755, in.Agnhost["agnhost"]), hardlink("agnhost-2", "agnhost"), dir("uploads", 0o755),
+		file("localhost.crt", 0o644, in.Agnhost["localhost.crt"]), file("localhost.key", 0o600, in.Agnhost["localhost.key"]),
+	})
+	tools := b.layer("curl stand-in (critest/images/cmd/curl), /bin/bash running busybox sh, user-defined-in-image", []entry{
+		file("usr/bin/curl", 0o755, in.Helpers["curl"]),
+		file("bin/bash", 0o755, []byte("#!/bin/sh\n# shimd's offline agnhost image has no bash: busybox sh runs the script.\nexec /bin/sh \"$@\"\n")),
+		file("etc/passwd", 0o644, []byte(passwd+"user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh\n")),
+		file("etc/group", 0o644, []byte(group+"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")),
+		{Path: "home/user-defined-in-image", Type: tar.TypeDir, Mode: 0o755, UID: 1000, GID: 1000},
+	})
+	return &image{Names: []string{e2e + "agnhost:2.56"}, Doc: "agnhost 2.56: the real /agnhost on busybox, with a curl stand-in and bash as busybox sh",
+		Layers: with(bin, tools), Format: dockerV2List, Config: ocispec.ImageConfig{
+			Env: []string{pathEnv}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
+			ExposedPorts: map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}}
 }
 
 // benchData is layer i of the bench image: incompressible bytes from

@@ -43,11 +43,25 @@ var critestImages = []string{
 	"public.ecr.aws/docker/library/busybox:1-musl",
 }
 
+// nodeE2EImages are the names the [NodeConformance] tests of Kubernetes v1.34's
+// test/e2e pull (test/utils/image/manifest.go), by their upstream names; the
+// node conformance run remaps them to the local registry (critest/cluster).
+var nodeE2EImages = []string{
+	"registry.k8s.io/e2e-test-images/agnhost:2.56",
+	"registry.k8s.io/e2e-test-images/busybox:1.37.0-1",
+	"registry.k8s.io/e2e-test-images/nginx:1.14-4",
+	"registry.k8s.io/e2e-test-images/httpd:2.4.38-4",
+	"registry.k8s.io/e2e-test-images/nonroot:1.4",
+	"registry.k8s.io/e2e-test-images/nonewprivs:1.3",
+	"registry.k8s.io/pause:3.10.1",
+}
+
 func fakeInputs() inputs {
 	return inputs{
 		Busybox: []byte("busybox"),
 		Applets: []string{"[", "busybox", "ipcs", "ls", "pgrep", "sh"},
-		Helpers: map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z")},
+		Helpers: map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z"), "curl": []byte("c")},
+		Agnhost: map[string][]byte{"agnhost": []byte("agnhost"), "localhost.crt": []byte("crt"), "localhost.key": []byte("key")},
 	}
 }
 
@@ -71,7 +85,7 @@ func renderAll(t *testing.T) (map[string]published, map[string]*image) {
 
 func TestCatalog(t *testing.T) {
 	pubs, byName := renderAll(t)
-	for _, n := range critestImages {
+	for _, n := range append(critestImages, nodeE2EImages...) {
 		require.Contains(t, pubs, n)
 	}
 
@@ -101,6 +115,7 @@ func TestCatalog(t *testing.T) {
 		"gcr.io/k8s-staging-cri-tools/test-image-user-uid-group":      "1003:1004",
 		"gcr.io/k8s-staging-cri-tools/test-image-user-username-group": "www-data:1004",
 		"gcr.io/k8s-staging-cri-tools/test-image-predefined-group":    "1000",
+		"registry.k8s.io/e2e-test-images/nonroot:1.4":                 "1234",
 	} {
 		var cfg ocispec.Image
 		require.NoError(t, json.Unmarshal(pubs[name].Config.Data, &cfg))
@@ -115,24 +130,42 @@ func TestCatalog(t *testing.T) {
 	require.InDelta(t, 50e6, size, 3e6)
 }
 
+// The agnhost image holds the binary it was given, runs it as upstream's does,
+// and is left out without one.
+func TestAgnhostImage(t *testing.T) {
+	pubs, _ := renderAll(t)
+	const name = "registry.k8s.io/e2e-test-images/agnhost:2.56"
+	var cfg ocispec.Image
+	require.NoError(t, json.Unmarshal(pubs[name].Config.Data, &cfg))
+	require.Equal(t, []string{"/agnhost"}, cfg.Config.Entrypoint)
+	require.Equal(t, []string{"pause"}, cfg.Config.Cmd)
+	files := map[string]string{}
+	eachFile(t, pubs[name], func(h *tar.Header, data []byte) { files[h.Name] = string(data) + h.Linkname })
+	require.Equal(t, "agnhost", files["agnhost"])
+	require.Equal(t, "agnhost", files["agnhost-2"], "a hard link to /agnhost")
+	require.Equal(t, "c", files["usr/bin/curl"])
+	require.Equal(t, "crt", files["localhost.crt"])
+	require.Equal(t, "key", files["localhost.key"])
+	require.Contains(t, files["bin/bash"], "exec /bin/sh")
+	require.Contains(t, files["etc/group"], "group-defined-in-image:x:50000:user-defined-in-image")
+
+	in := fakeInputs()
+	in.Agnhost = nil
+	imgs, err := catalog(in)
+	require.NoError(t, err)
+	for _, img := range imgs {
+		require.NotContains(t, img.Names, name)
+	}
+}
+
 func TestLayerHardLinksAndModes(t *testing.T) {
 	pubs, _ := renderAll(t)
 	files := map[string]*tar.Header{}
 	var order []string
-	for _, l := range pubs["registry.k8s.io/e2e-test-images/nonewprivs:1.3"].Layers {
-		zr, err := gzip.NewReader(bytes.NewReader(l.Data))
-		require.NoError(t, err)
-		tr := tar.NewReader(zr)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			require.NoError(t, err)
-			require.True(t, h.ModTime.Equal(epoch), h.Name)
-			files[h.Name], order = h, append(order, h.Name)
-		}
-	}
+	eachFile(t, pubs["registry.k8s.io/e2e-test-images/nonewprivs:1.3"], func(h *tar.Header, _ []byte) {
+		require.True(t, h.ModTime.Equal(epoch), h.Name)
+		files[h.Name], order = h, append(order, h.Name)
+	})
 	sh := files["bin/sh"]
 	require.NotNil(t, sh)
 	require.Equal(t, byte(tar.TypeLink), sh.Typeflag)
@@ -142,6 +175,26 @@ func TestLayerHardLinksAndModes(t *testing.T) {
 	require.Equal(t, int64(0o4755), files["usr/local/bin/nnp"].Mode)
 	require.Equal(t, int64(0o1777), files["tmp/"].Mode)
 	require.Equal(t, 0, files["usr/local/bin/nnp"].Uid)
+}
+
+// eachFile calls fn for every entry of every layer of p, in order.
+func eachFile(t *testing.T, p published, fn func(h *tar.Header, data []byte)) {
+	t.Helper()
+	for _, l := range p.Layers {
+		zr, err := gzip.NewReader(bytes.NewReader(l.Data))
+		require.NoError(t, err)
+		tr := tar.NewReader(zr)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+			b, err := io.ReadAll(tr)
+			require.NoError(t, err)
+			fn(h, b)
+		}
+	}
 }
 
 func indexOf(ss []string, s string) int {

@@ -34,6 +34,7 @@ import (
 const (
 	defaultStorage = "/var/cache/shimd/registry"
 	defaultCache   = "/var/cache/shimd/images"
+	defaultTools   = "/var/cache/shimd/tools"
 	stampFile      = "shimd-stamp"
 	listFile       = "shimd-images.txt"
 	// formatVersion changes when this program's output changes for the
@@ -47,12 +48,14 @@ func main() {
 	force := flag.Bool("force", false, "rebuild and push even if the stamp says the storage is up to date")
 	list := flag.Bool("list", false, "print the images (name, digest, what it is) after building")
 	clean := flag.Bool("clean", false, "empty the storage first (drops names no longer in the set); implies -force")
+	agnhost := flag.String("agnhost", filepath.Join(envOr("SHIMD_TOOLS", defaultTools), "bin", "agnhost"),
+		"the agnhost binary for registry.k8s.io/e2e-test-images/agnhost (hack/tools.sh e2e); the image is left out when it is missing")
 	flag.Parse()
 	start := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "mkimages [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	if err := build(*storage, *cache, *force, *clean, logf); err != nil {
+	if err := build(config{storage: *storage, cache: *cache, agnhost: *agnhost, force: *force, clean: *clean}, logf); err != nil {
 		fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
 		os.Exit(1)
 	}
@@ -66,7 +69,13 @@ func main() {
 	}
 }
 
-func build(storage, cache string, force, clean bool, logf func(string, ...any)) error {
+type config struct {
+	storage, cache, agnhost string
+	force, clean            bool
+}
+
+func build(cfg config, logf func(string, ...any)) error {
+	storage, cache, force, clean := cfg.storage, cfg.cache, cfg.force, cfg.clean
 	repo, err := repoRoot()
 	if err != nil {
 		return err
@@ -95,7 +104,19 @@ func build(storage, cache string, force, clean bool, logf func(string, ...any)) 
 	if err != nil {
 		return err
 	}
-	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey)
+	agnhost, err := readAgnhost(cfg.agnhost)
+	if err != nil {
+		return err
+	}
+	agnhostKey := "no agnhost"
+	if agnhost != nil {
+		h := sha256.New()
+		for _, n := range sortedKeys(agnhost) {
+			fmt.Fprintf(h, "%s %x\n", n, sha256.Sum256(agnhost[n]))
+		}
+		agnhostKey = fmt.Sprintf("agnhost %x", h.Sum(nil))
+	}
+	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey+"\n"+agnhostKey)
 	if err != nil {
 		return err
 	}
@@ -109,7 +130,7 @@ func build(storage, cache string, force, clean bool, logf func(string, ...any)) 
 	if err != nil {
 		return err
 	}
-	in := inputs{Helpers: map[string][]byte{}}
+	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost}
 	if in.Busybox, err = os.ReadFile(bb); err != nil {
 		return err
 	}
@@ -162,6 +183,37 @@ func build(storage, cache string, force, clean bool, logf func(string, ...any)) 
 		return err
 	}
 	return writeAtomic(stamp, []byte(key+"\n"))
+}
+
+// readAgnhost reads the agnhost binary at path and porter's test certificate and
+// key that hack/tools.sh e2e puts beside it (agnhost-porter/localhost.crt, .key),
+// by their paths in the image; nil when there is no agnhost.
+func readAgnhost(path string) (map[string][]byte, error) {
+	bin, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{"agnhost": bin}
+	for _, n := range []string{"localhost.crt", "localhost.key"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "agnhost-porter", n))
+		if err != nil {
+			return nil, fmt.Errorf("agnhost's test certificate (run hack/tools.sh e2e again): %w", err)
+		}
+		files[n] = b
+	}
+	return files, nil
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // sourceKey hashes what the image set is built from: every file under
