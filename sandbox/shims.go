@@ -80,6 +80,17 @@ func findShims(address, ns string) ([]shimProc, error) {
 	return out, nil
 }
 
+// bundleGone reports whether the shim's working directory, its bundle, has been
+// renamed for deletion (".<id>") or deleted.
+func bundleGone(pid int) bool {
+	cwd, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+	return err == nil && deletedBundle(cwd)
+}
+
+func deletedBundle(cwd string) bool {
+	return strings.HasSuffix(cwd, " (deleted)") || strings.HasPrefix(filepath.Base(cwd), ".")
+}
+
 // shimFlags reads "-name value" pairs (Go flag syntax, one or two dashes).
 func shimFlags(args []string) map[string]string {
 	m := map[string]string{}
@@ -122,9 +133,10 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 		sandboxOf[c.ID] = c.Labels[LabelSandbox]
 		keep[c.ID] = live
 	}
+	hasTask := map[string]bool{} // ids with a task, and the pods of those
 	for _, t := range tasks.Tasks {
-		keep[t.ID] = true
-		keep[sandboxOf[t.ID]] = true
+		keep[t.ID], hasTask[t.ID] = true, true
+		keep[sandboxOf[t.ID]], hasTask[sandboxOf[t.ID]] = true, true
 	}
 	// A pause-less pod's containers share a shim started with the -id of whichever
 	// container came first, listening on the socket of the pod's id (runc's shim
@@ -142,10 +154,17 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	}
 	n := 0
 	for _, s := range shims {
-		if keep[s.id] {
+		// containerd renames a bundle to ".<id>" before it deletes it: a shim whose
+		// bundle is gone that runs no task, its own or its pod's, is an orphan even
+		// while shimd still holds the record (a kill of containerd in the middle of a
+		// task's delete left it; the record's removal would not sweep again).
+		if group, ok := shimGroup(s.pid, groups); !hasTask[s.id] && !(ok && hasTask[group]) && bundleGone(s.pid) {
+			if ok {
+				s.socketID = group
+			}
+		} else if keep[s.id] {
 			continue
-		}
-		if group, ok := shimGroup(s.pid, groups); ok {
+		} else if ok {
 			if keep[group] {
 				continue
 			}

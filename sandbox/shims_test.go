@@ -52,3 +52,17 @@ func TestCgroupDir(t *testing.T) {
 	require.Equal(t, "", CgroupDir("/kubepods.slice", "id1", "systemd", "shimd"))
 	require.NoError(t, RemoveCgroup(""), "no cgroup, nothing to do")
 }
+
+func TestDeletedBundle(t *testing.T) {
+	for cwd, want := range map[string]bool{
+		"/run/containerd/io.containerd.runtime.v2.task/ns/0123abc":                      false,
+		"/run/containerd/io.containerd.runtime.v2.task/ns/.0123abc":                     true,
+		"/run/containerd/io.containerd.runtime.v2.task/ns/.0123abc (deleted)":           true,
+		"/run/containerd/io.containerd.runtime.v2.task/ns/0123abc (deleted)":            true,
+		"/tmp/shimd-it-1/c/state/io.containerd.runtime.v2.task/shimd-e54889/10958088ef": false,
+	} {
+		if got := deletedBundle(cwd); got != want {
+			t.Errorf("deletedBundle(%q) = %v, want %v", cwd, got, want)
+		}
+	}
+}
