@@ -118,7 +118,8 @@ func TestNodeConformance(t *testing.T) {
 	}
 	focus := `\[NodeConformance\]`
 	if f := os.Getenv("NODE_CONFORMANCE_FOCUS"); f != "" {
-		focus = `\[NodeConformance\].*(?:` + f + `)`
+		// The tag stands before or after the words, depending on the test.
+		focus = `\[NodeConformance\].*(?:` + f + `)|(?:` + f + `).*\[NodeConformance\]`
 	}
 	timeout := 90 * time.Minute
 	if dl, ok := t.Deadline(); ok {
