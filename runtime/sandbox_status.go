@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -17,15 +16,7 @@ func (s *Service) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandb
 	if err != nil {
 		return nil, err
 	}
-	// With the evented PLEG the kubelet takes the pod's container statuses from here,
-	// stamped with the time they were read (as containerd answers): without a
-	// timestamp it treats the runtime as one without events and waits for its own
-	// relist. The time is taken first, so the statuses are at least that new.
-	now := time.Now().UnixNano()
-	resp := &runtimeapi.PodSandboxStatusResponse{Status: toSandboxStatus(sb), Timestamp: now}
-	for _, c := range s.containers.inSandbox(sb.ID) {
-		resp.ContainersStatuses = append(resp.ContainersStatuses, toContainerStatus(c, c.Status()))
-	}
+	resp := &runtimeapi.PodSandboxStatusResponse{Status: toSandboxStatus(sb)}
 	if req.GetVerbose() {
 		overhead, resources := sb.PodResources()
 		info := map[string]any{
