@@ -48,55 +48,30 @@ func WithLease(ctx context.Context, cl Leaser, kind string) (context.Context, fu
 	return lctx, func(ctx context.Context) error {
 		err := done(ctx)
 		if err != nil && !errdefs.IsNotFound(err) {
-			abandoned.add(id)
+			abandoned.Store(id, struct{}{})
 		}
 		return err
 	}, nil
 }
 
-// abandoned are the leases of finished work whose deletion failed.
-var abandoned = &leaseSet{ids: map[string]bool{}}
-
-type leaseSet struct {
-	mu  sync.Mutex
-	ids map[string]bool
-}
-
-func (s *leaseSet) add(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ids[id] = true
-}
-
-func (s *leaseSet) list() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ids []string
-	for id := range s.ids {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-func (s *leaseSet) remove(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.ids, id)
-}
+// abandoned are the IDs of leases of finished work whose deletion failed.
+var abandoned sync.Map // lease ID -> struct{}
 
 // DeleteAbandonedLeases deletes the leases whose done failed, so that containerd's
 // garbage collector removes what only they held (a writable layer whose container
 // was never recorded); those still failing stay for the next call.
 func DeleteAbandonedLeases(ctx context.Context, ls leases.Manager) {
-	for _, id := range abandoned.list() {
+	abandoned.Range(func(key, _ any) bool {
+		id := key.(string)
 		err := ls.Delete(ctx, leases.Lease{ID: id})
 		if err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).WithField("lease", id).Warn("delete abandoned lease")
-			continue
+			return true
 		}
-		abandoned.remove(id)
+		abandoned.Delete(id)
 		log.G(ctx).WithField("lease", id).Info("deleted the lease of work that ended while containerd was away")
-	}
+		return true
+	})
 }
 
 // Recover deletes the leases of work a previous shimd left unfinished.

@@ -37,14 +37,14 @@ func (f *fakeLeases) Delete(_ context.Context, l leases.Lease, _ ...leases.Delet
 }
 
 func TestLeaseWhoseDeleteFailedIsDeletedLater(t *testing.T) {
-	t.Cleanup(func() { abandoned = &leaseSet{ids: map[string]bool{}} })
+	t.Cleanup(abandoned.Clear)
 	ctx := context.Background()
 
 	// Deleted at once: nothing to do later.
 	_, done, err := WithLease(ctx, fakeLeaser{}, "container")
 	require.NoError(t, err)
 	require.NoError(t, done(ctx))
-	require.Empty(t, abandoned.list())
+	require.Empty(t, abandonedIDs())
 
 	// containerd went away before done: the lease is remembered...
 	lctx, done, err := WithLease(ctx, fakeLeaser{doneErr: errdefs.ErrUnavailable}, "container")
@@ -52,22 +52,28 @@ func TestLeaseWhoseDeleteFailedIsDeletedLater(t *testing.T) {
 	id, ok := leases.FromContext(lctx)
 	require.True(t, ok)
 	require.Error(t, done(ctx))
-	require.Equal(t, []string{id}, abandoned.list())
+	require.Equal(t, []string{id}, abandonedIDs())
 
 	// ...kept while containerd still fails...
 	ls := &fakeLeases{deleteErr: errdefs.ErrUnavailable}
 	DeleteAbandonedLeases(ctx, ls)
-	require.Equal(t, []string{id}, abandoned.list())
+	require.Equal(t, []string{id}, abandonedIDs())
 
 	// ...and deleted once it answers.
 	ls.deleteErr = nil
 	DeleteAbandonedLeases(ctx, ls)
 	require.Equal(t, []string{id}, ls.deleted)
-	require.Empty(t, abandoned.list())
+	require.Empty(t, abandonedIDs())
 
 	// A lease already gone is not remembered.
 	_, done, err = WithLease(ctx, fakeLeaser{doneErr: errdefs.ErrNotFound}, "container")
 	require.NoError(t, err)
 	require.Error(t, done(ctx))
-	require.Empty(t, abandoned.list())
+	require.Empty(t, abandonedIDs())
+}
+
+func abandonedIDs() []string {
+	var ids []string
+	abandoned.Range(func(key, _ any) bool { ids = append(ids, key.(string)); return true })
+	return ids
 }

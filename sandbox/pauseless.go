@@ -49,8 +49,10 @@ func (m *Manager) pauseless(cfg *runtimeapi.PodSandboxConfig, rt Runtime) bool {
 		(u == nil || u.GetMode() != runtimeapi.NamespaceMode_POD)
 }
 
-func (m *Manager) ipcnsPath(id string) string { return filepath.Join(m.opts.StateDir, "ipcns", id) }
-func (m *Manager) utsnsPath(id string) string { return filepath.Join(m.opts.StateDir, "utsns", id) }
+func (m *Manager) ipcnsDir() string           { return filepath.Join(m.opts.StateDir, "ipcns") }
+func (m *Manager) utsnsDir() string           { return filepath.Join(m.opts.StateDir, "utsns") }
+func (m *Manager) ipcnsPath(id string) string { return filepath.Join(m.ipcnsDir(), id) }
+func (m *Manager) utsnsPath(id string) string { return filepath.Join(m.utsnsDir(), id) }
 
 // runningMarker exists while a pause-less pod has not been stopped.
 func (m *Manager) runningMarker(id string) string { return filepath.Join(m.stateDir(id), "running") }

@@ -138,7 +138,7 @@ func (m *Manager) sweep(ctx context.Context, live bool) error {
 
 // removeOrphans deletes per-sandbox resources that belong to no known sandbox.
 func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
-	pinDirs := []string{m.usernsDir(), filepath.Dir(m.ipcnsPath("x")), filepath.Dir(m.utsnsPath("x"))}
+	pinDirs := []string{m.usernsDir(), m.ipcnsDir(), m.utsnsDir()}
 	for _, dir := range append([]string{m.netnsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")}, pinDirs...) {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {

@@ -127,16 +127,13 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("list containers: %w", err)
 	}
-	sandboxOf := map[string]string{}
-	keep := map[string]bool{}
+	sandboxOf, recorded := map[string]string{}, map[string]bool{}
 	for _, c := range ctrs {
-		sandboxOf[c.ID] = c.Labels[LabelSandbox]
-		keep[c.ID] = live
+		sandboxOf[c.ID], recorded[c.ID] = c.Labels[LabelSandbox], true
 	}
-	hasTask := map[string]bool{} // ids with a task, and the pods of those
+	running := map[string]bool{} // ids with a task, and the pods of those
 	for _, t := range tasks.Tasks {
-		keep[t.ID], hasTask[t.ID] = true, true
-		keep[sandboxOf[t.ID]], hasTask[sandboxOf[t.ID]] = true, true
+		running[t.ID], running[sandboxOf[t.ID]] = true, true
 	}
 	// A pause-less pod's containers share a shim started with the -id of whichever
 	// container came first, listening on the socket of the pod's id (runc's shim
@@ -154,21 +151,19 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	}
 	n := 0
 	for _, s := range shims {
-		// containerd renames a bundle to ".<id>" before it deletes it: a shim whose
-		// bundle is gone that runs no task, its own or its pod's, is an orphan even
-		// while shimd still holds the record (a kill of containerd in the middle of a
-		// task's delete left it; the record's removal would not sweep again).
-		if group, ok := shimGroup(s.pid, groups); !hasTask[s.id] && !(ok && hasTask[group]) && bundleGone(s.pid) {
-			if ok {
-				s.socketID = group
-			}
-		} else if keep[s.id] {
-			continue
-		} else if ok {
-			if keep[group] {
-				continue
-			}
+		group, grouped := shimGroup(s.pid, groups)
+		if grouped {
 			s.socketID = group
+		}
+		if running[s.id] || grouped && running[group] {
+			continue
+		}
+		// While shimd serves, a shim of a recorded container or pod is work in
+		// progress and left alone, unless containerd renamed its bundle to ".<id>" or
+		// deleted it: a kill of containerd in the middle of a task's delete left it,
+		// and the record's removal would not sweep again.
+		if live && (recorded[s.id] || grouped && recorded[group]) && !bundleGone(s.pid) {
+			continue
 		}
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
 		if err := m.stopShim(ctx, s); err != nil {
