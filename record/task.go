@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 )
 
 // ContainerLoader loads containerd containers; *client.Client is one.
@@ -25,4 +28,23 @@ func LoadTask(ctx context.Context, cl ContainerLoader, id string) (client.Contai
 		return c, nil, fmt.Errorf("load task of %s: %w", id, err)
 	}
 	return c, t, nil
+}
+
+// DeleteStaleTask deletes containerd's record of the task of id after loading it said
+// NotFound. A delete cut short (its caller, shimd, was killed) can leave the task in
+// containerd's list with its process already deleted by the shim: the shim then
+// answers NotFound, so the task cannot be loaded, yet containerd keeps the shim
+// running until someone deletes the task, which it does (shutting the shim down) on
+// this call. A task containerd does not know is fine. containerd answers "ttrpc:
+// closed" when the shim had already exited, after it dropped the task all the same:
+// what counts is whether the task is gone.
+func DeleteStaleTask(ctx context.Context, ts tasks.TasksClient, id string) error {
+	_, err := ts.Delete(ctx, &tasks.DeleteTaskRequest{ContainerID: id})
+	if err = errgrpc.ToNative(err); err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	if _, gerr := ts.Get(ctx, &tasks.GetRequest{ContainerID: id}); errdefs.IsNotFound(errgrpc.ToNative(gerr)) {
+		return nil
+	}
+	return fmt.Errorf("delete stale task of %s: %w", id, err)
 }

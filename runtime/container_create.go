@@ -81,19 +81,20 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID).WithField("sandbox", sb.ID))
 	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
-	if err := s.createContainer(cctx, c, sb, img, rt); err != nil {
+	st := newSteps()
+	if err := s.createContainer(cctx, c, sb, img, rt, st); err != nil {
 		// Plugins that saw it created hear it is gone.
 		s.nriContainerEvent(cctx, api.Event_REMOVE_CONTAINER, c)
 		return nil, err
 	}
 	s.containers.add(c)
-	log.G(ctx).Info("container created")
+	log.G(ctx).WithField("steps", st).Info("container created")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	s.nriContainerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)
 	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
 }
 
-func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, rt sandbox.Runtime) (retErr error) {
+func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, rt sandbox.Runtime, st *steps) (retErr error) {
 	// A lease keeps the writable layer from containerd's garbage collector until the
 	// container record references it.
 	ctx, done, err := image.WithLease(ctx, s.ctrd, "container")
@@ -106,10 +107,12 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
 		return err
 	}
+	st.done("lease+unpacked")
 	mounts, err := sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
 	if err != nil {
 		return fmt.Errorf("prepare writable layer: %w", err)
 	}
+	st.done("snapshot")
 	defer func() {
 		if retErr != nil {
 			cctx, cancel := s.detachedContext(ctx)
@@ -127,6 +130,7 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 		return fmt.Errorf("resolve user: %w", err)
 	}
 	c.User = user
+	st.done("user")
 	withVolumes, err := s.mountImageVolumes(ctx, c, sb, rt.Snapshotter)
 	if err != nil {
 		return err
@@ -136,6 +140,7 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	if err != nil {
 		return err
 	}
+	st.done("volumes+spec")
 	opts := []client.NewContainerOpts{
 		client.WithSnapshotter(rt.Snapshotter),
 		client.WithSnapshot(c.ID),
@@ -151,12 +156,14 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	if _, err := s.ctrd.NewContainer(ctx, c.ID, opts...); err != nil {
 		return fmt.Errorf("create containerd container: %w", err)
 	}
+	st.done("container")
 	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
 		cctx, cancel := s.detachedContext(ctx)
 		defer cancel()
 		_ = s.deleteContainerd(cctx, c)
 		return fmt.Errorf("write container status: %w", err)
 	}
+	st.done("status")
 	return nil
 }
 

@@ -36,9 +36,11 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
 	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
+	st := newSteps()
 	err = s.nriStart(cctx, c)
+	st.done("nri")
 	if err == nil {
-		err = s.startTask(cctx, c)
+		err = s.startTask(cctx, c, st)
 	}
 	if err != nil {
 		if sb.State() != sandbox.StateReady {
@@ -60,13 +62,13 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 		s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 		return nil, err
 	}
-	log.G(ctx).Info("container started")
+	log.G(ctx).WithField("steps", st).Info("container started")
 	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	s.nriContainerEvent(cctx, api.Event_POST_START_CONTAINER, c)
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 
-func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
+func (s *Service) startTask(ctx context.Context, c *Container, st *steps) (retErr error) {
 	cc, err := s.ctrd.LoadContainer(ctx, c.ID)
 	if err != nil {
 		return fmt.Errorf("load container: %w", err)
@@ -80,6 +82,7 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 	if err := os.MkdirAll(s.fifoDir(c.ID), 0o700); err != nil {
 		return err
 	}
+	st.done("load+log")
 	var cio *containerIO
 	task, err := cc.NewTask(ctx, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio))
 	if err != nil {
@@ -99,17 +102,20 @@ func (s *Service) startTask(ctx context.Context, c *Container) (retErr error) {
 		}
 	}()
 	c.setIO(cio)
+	st.done("task create")
 	startedAt := time.Now()
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
-	return c.Update(func(st *containerStatus) error {
-		st.Starting = false
-		st.Pid = task.Pid()
+	st.done("task start")
+	defer st.done("status")
+	return c.Update(func(cs *containerStatus) error {
+		cs.Starting = false
+		cs.Pid = task.Pid()
 		// An exit may have been handled already (a command that ends at once).
-		if st.State == runtimeapi.ContainerState_CONTAINER_CREATED {
-			st.State = runtimeapi.ContainerState_CONTAINER_RUNNING
-			st.StartedAt = startedAt.UnixNano()
+		if cs.State == runtimeapi.ContainerState_CONTAINER_CREATED {
+			cs.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+			cs.StartedAt = startedAt.UnixNano()
 		}
 		return nil
 	})

@@ -84,6 +84,9 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 // deleteTask kills and deletes the pause task; a missing task or container is fine.
 func (m *Manager) deleteTask(ctx context.Context, id string) error {
 	container, task, err := record.LoadTask(ctx, m.opts.Client, id)
+	if container != nil && errdefs.IsNotFound(err) {
+		return record.DeleteStaleTask(ctx, m.opts.Client.TaskService(), id)
+	}
 	if errdefs.IsNotFound(err) {
 		return nil
 	}

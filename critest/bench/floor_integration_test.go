@@ -328,3 +328,19 @@ func templatePod(b *testing.B, tg *target) (string, string) {
 	require.NoError(b, err)
 	return resp.PodSandboxId, c.ContainerId
 }
+
+// reportSteps prints shimd's own per-step timing of the pod starts (from its log: the
+// template pod, the warm-up and the rounds), beside the floor's steps: where shimd's
+// time above the floor goes. RunPodSandbox's cni and task run concurrently.
+func reportSteps(b *testing.B, shimdLog string) {
+	raw, err := os.ReadFile(shimdLog)
+	require.NoError(b, err)
+	samples, order := stepSamples(string(raw), "sandbox ready", "container created", "container started")
+	var out strings.Builder
+	fmt.Fprintf(&out, "\nshimd per step (its log; RunPodSandbox's cni and task run side by side)\n")
+	fmt.Fprintf(&out, "%-40s %10s %10s %6s\n", "step", "p50", "p90", "n")
+	for _, k := range order {
+		fmt.Fprintf(&out, "%-40s %8.2fms %8.2fms %6d\n", k, ms(percentile(samples[k], 50)), ms(percentile(samples[k], 90)), len(samples[k]))
+	}
+	fmt.Fprint(os.Stdout, out.String())
+}

@@ -12,6 +12,8 @@ package bench
 import (
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,3 +34,50 @@ func percentile(samples []time.Duration, p float64) time.Duration {
 
 // ms converts d to fractional milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// stepSamples reads shimd's log lines whose message is one of msgs and that carry a
+// steps="name=duration ..." field (the per-step timing shimd logs for RunPodSandbox,
+// CreateContainer and StartContainer), and returns the durations per "msg: step", in
+// the order the steps first appear. Tokens without "=" (a mode's name) are skipped.
+func stepSamples(logText string, msgs ...string) (map[string][]time.Duration, []string) {
+	samples := map[string][]time.Duration{}
+	var order []string
+	for _, line := range strings.Split(logText, "\n") {
+		msg := logField(line, "msg")
+		if !slices.Contains(msgs, msg) {
+			continue
+		}
+		for _, tok := range strings.Fields(logField(line, "steps")) {
+			name, val, ok := strings.Cut(tok, "=")
+			d, err := time.ParseDuration(val)
+			if !ok || err != nil {
+				continue
+			}
+			key := msg + ": " + name
+			if _, seen := samples[key]; !seen {
+				order = append(order, key)
+			}
+			samples[key] = append(samples[key], d)
+		}
+	}
+	return samples, order
+}
+
+// logField is the value of field key in a logrus text line (key=value or
+// key="quoted value"); "" if absent.
+func logField(line, key string) string {
+	i := strings.Index(" "+line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(key)+1:]
+	if strings.HasPrefix(rest, `"`) {
+		if v, err := strconv.QuotedPrefix(rest); err == nil {
+			s, _ := strconv.Unquote(v)
+			return s
+		}
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, " ")
+	return v
+}

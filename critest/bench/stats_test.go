@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -46,5 +47,37 @@ func TestPercentileKeepsInput(t *testing.T) {
 	percentile(in, 50)
 	if in[0] != 3 || in[1] != 1 || in[2] != 2 {
 		t.Errorf("percentile reordered its input: %v", in)
+	}
+}
+
+func TestStepSamples(t *testing.T) {
+	log := `time="2026-11-23T17:00:00Z" level=info msg="sandbox ready" ips="[198.18.0.5]" sandbox=ab steps="container=12.5ms files+netns=1ms cni=80ms task=120ms record=3ms"
+time="2026-11-23T17:00:01Z" level=info msg="container created" container=cd sandbox=ab steps="lease+unpacked=1.2ms snapshot=4ms"
+time="2026-11-23T17:00:01Z" level=info msg="sandbox ready" sandbox=ef steps="pauseless record+files+namespaces=9ms cni=70ms record=2ms"
+time="2026-11-23T17:00:02Z" level=info msg="sandbox removed" sandbox=ab steps="container=99ms"
+time="2026-11-23T17:00:02Z" level=info msg="container started" container=cd steps="nri=5µs task create=bad"
+garbage line`
+	got, order := stepSamples(log, "sandbox ready", "container created", "container started")
+	want := map[string][]time.Duration{
+		"sandbox ready: container":               {12500 * time.Microsecond},
+		"sandbox ready: files+netns":             {time.Millisecond},
+		"sandbox ready: cni":                     {80 * time.Millisecond, 70 * time.Millisecond},
+		"sandbox ready: task":                    {120 * time.Millisecond},
+		"sandbox ready: record":                  {3 * time.Millisecond, 2 * time.Millisecond},
+		"sandbox ready: record+files+namespaces": {9 * time.Millisecond},
+		"container created: lease+unpacked":      {1200 * time.Microsecond},
+		"container created: snapshot":            {4 * time.Millisecond},
+		"container started: nri":                 {5 * time.Microsecond},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d steps %v, want %d", len(got), got, len(want))
+	}
+	for k, v := range want {
+		if !slices.Equal(got[k], v) {
+			t.Errorf("%s: got %v, want %v", k, got[k], v)
+		}
+	}
+	if order[0] != "sandbox ready: container" || order[len(order)-1] != "container started: nri" {
+		t.Errorf("order %v", order)
 	}
 }

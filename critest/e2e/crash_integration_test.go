@@ -119,25 +119,64 @@ func crashEnv(t *testing.T) (*harness.Env, *pausingRunc) {
 }
 
 // kill -9 of shimd while StopPodSandbox deletes the pause task: after the restart,
-// Stop and Remove succeed and leave no shim, cgroup, lease or anything else.
+// Stop and Remove succeed and leave no shim, cgroup, lease or anything else. shimd
+// comes back while the cut-short delete still runs in the shim (containerd keeps the
+// task, whose shim answers NotFound once its runc delete ends), or after it ended.
 func TestKill9DuringStopPodSandboxLeavesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		restart time.Duration // after the kill; the paused runc delete takes 4 s
+	}{{"restart-while-the-delete-runs", time.Second}, {"restart-after-the-delete", 5 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, r := crashEnv(t)
+			rs := env.Shimd.Runtime(t)
+			id := runPod(t, rs, pausePodConfig("stopcrash"))
+
+			r.arm("delete")
+			errc := inBackground(func(ctx context.Context) error {
+				_, err := rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+				return err
+			})
+			r.waitReached("delete")
+			env.Shimd.Kill9()
+			<-errc
+			time.Sleep(tc.restart)
+			env.Shimd.Start(t)
+			rs = env.Shimd.Runtime(t)
+			waitReady(t, rs)
+			stopRemove(t, rs, id)
+			env.CheckNoLeaks(t)
+		})
+	}
+}
+
+// kill -9 of shimd while the task of a stopped container is being deleted, and shimd
+// back at once, before that delete ends: RemoveContainer and the pod's Stop and
+// Remove succeed and leave nothing (containerd's record of the task included, with
+// its bundle and rootfs mount).
+func TestKill9DuringContainerTaskDeleteLeavesNothing(t *testing.T) {
 	env, r := crashEnv(t)
+	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
-	id := runPod(t, rs, pausePodConfig("stopcrash"))
+	pod := newPod(t, rs, "ctrdelete")
+	id := pod.create(pod.container("main", "sleep", "1000"))
+	_, err := rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+	require.NoError(t, err)
 
 	r.arm("delete")
 	errc := inBackground(func(ctx context.Context) error {
-		_, err := rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+		_, err := rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id})
 		return err
 	})
 	r.waitReached("delete")
 	env.Shimd.Kill9()
 	<-errc
-	time.Sleep(5 * time.Second) // the paused runc delete finishes on its own
+	time.Sleep(time.Second) // the runc delete pauses 4 s
 	env.Shimd.Start(t)
-	rs = env.Shimd.Runtime(t)
 	waitReady(t, rs)
-	stopRemove(t, rs, id)
+	_, err = rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+	require.NoError(t, err)
+	stopRemove(t, rs, pod.id)
 	env.CheckNoLeaks(t)
 }
 

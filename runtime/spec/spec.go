@@ -65,16 +65,16 @@ type Input struct {
 
 	// The pod: pause process pid (namespaces are joined via /proc/<pid>/ns/*), its
 	// netns path ("" = host network), and the pod files containers mount ("" = none).
-	SandboxPID     uint32
-	NetNSPath      string
+	SandboxPID uint32
+	NetNSPath  string
 	// Pauseless: the pod has no pause process (SandboxPID is 0); containers join the
 	// namespaces pinned at NetNSPath, IPCNSPath and UTSNSPath ("" = the host's).
 	Pauseless            bool
 	IPCNSPath, UTSNSPath string
-	HostnamePath   string
-	HostsPath      string
-	ResolvConfPath string
-	ShmPath        string // "/dev/shm" when the pod uses the host IPC namespace
+	HostnamePath         string
+	HostsPath            string
+	ResolvConfPath       string
+	ShmPath              string // "/dev/shm" when the pod uses the host IPC namespace
 	// TargetPID is the pid of the target container for NamespaceMode_TARGET.
 	TargetPID uint32
 
