@@ -102,12 +102,12 @@ func (s *Service) startTask(ctx context.Context, c *Container, st *steps) (retEr
 		}
 	}()
 	c.setIO(cio)
-	st.done("task create")
+	st.done("task-create")
 	startedAt := time.Now()
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
-	st.done("task start")
+	st.done("task-start")
 	defer st.done("status")
 	return c.Update(func(cs *containerStatus) error {
 		cs.Starting = false

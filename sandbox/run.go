@@ -123,7 +123,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		tNet = time.Since(t2) // written before the send, read after the receive
 		netc <- err
 	}()
-	task, taskErr := m.startTask(ctx, container)
+	task, tCreate, taskErr := m.startTask(ctx, container)
 	tTask := time.Since(t2)
 	netErr := <-netc
 	if sb.NetNSPath != "" {
@@ -148,8 +148,8 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	if err := container.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
-	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s record=%s",
-		t1.Sub(t0), t2.Sub(t1), tNet, tTask, time.Since(t2)-max(tNet, tTask))).Info("sandbox ready")
+	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s task-create=%s task-start=%s record=%s",
+		t1.Sub(t0), t2.Sub(t1), tNet, tTask, tCreate, tTask-tCreate, time.Since(t2)-max(tNet, tTask))).Info("sandbox ready")
 	return sb, nil
 }
 
@@ -277,15 +277,19 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 	return container, nil
 }
 
-func (m *Manager) startTask(ctx context.Context, container client.Container) (client.Task, error) {
+// startTask creates and starts the pause task; it returns how long the create took
+// (the shim's start included), for the log.
+func (m *Manager) startTask(ctx context.Context, container client.Container) (client.Task, time.Duration, error) {
+	t0 := time.Now()
 	task, err := container.NewTask(ctx, cio.NullIO)
 	if err != nil {
-		return nil, fmt.Errorf("create pause task: %w", err)
+		return nil, 0, fmt.Errorf("create pause task: %w", err)
 	}
+	tCreate := time.Since(t0)
 	if err := task.Start(ctx); err != nil {
-		return task, fmt.Errorf("start pause task: %w", err)
+		return task, tCreate, fmt.Errorf("start pause task: %w", err)
 	}
-	return task, nil
+	return task, tCreate, nil
 }
 
 func (m *Manager) setupNetwork(ctx context.Context, sb *Sandbox) error {

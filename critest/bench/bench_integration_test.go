@@ -71,6 +71,7 @@ type pair struct {
 	shimdIS, cdIS runtimeapi.ImageServiceClient
 	shimdNS       string // shimd's containerd namespace
 	shimdEndpoint string // shimd's CRI endpoint, unix://...
+	shimdLog      string // shimd's log file
 }
 
 // newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
@@ -122,6 +123,7 @@ func newPairOn(b *testing.B, handler string) *pair {
 		shimdNS: shimd.Namespace(),
 		// For a kubelet (BenchmarkKubeletObserved).
 		shimdEndpoint: shimd.Endpoint(),
+		shimdLog:      shimd.LogPath(),
 	}
 	p.shimd.is, p.cd.is = p.shimdIS, p.cdIS
 	b.Cleanup(func() {

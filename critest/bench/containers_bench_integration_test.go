@@ -184,7 +184,7 @@ func BenchmarkPodStart(b *testing.B) {
 	report(b, fmt.Sprintf("pod start (busybox, one container): %d rounds per runtime after %d warm-up, interleaved with the floor", rounds, warmup),
 		[]string{"RunPodSandbox", "CreateContainer", "StartContainer", "PodStart"}, p.shimd, p.cd)
 	reportFloor(b, fl, p.shimd, p.cd)
-	reportSteps(b, p.env.Shimd.LogPath())
+	reportSteps(b, p.shimdLog)
 }
 
 // BenchmarkPodStartRunsc is BenchmarkPodStart's pod start with the pods on gVisor
