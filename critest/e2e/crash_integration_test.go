@@ -277,10 +277,14 @@ func TestKill9DuringStartContainerRetrySucceeds(t *testing.T) {
 	rs := env.Shimd.Runtime(t)
 	for _, point := range []string{"create", "after-create", "after-start"} {
 		t.Run(point, func(t *testing.T) {
-			if point == "create" && env.Containerd.MajorVersion() < 2 {
+			if point != "after-start" && env.Containerd.MajorVersion() < 2 {
 				// containerd 1.6 keeps the bundle directory of a task create whose
 				// caller went away, and refuses a new task of that id ("mkdir <bundle>:
-				// file exists") until it restarts; 2.x removes it.
+				// file exists") until it restarts; 2.x removes it. At "after-create"
+				// the shim's create is still in flight when shimd dies (runc create has
+				// returned, the shim has not answered yet), so it happens there too,
+				// depending on timing (seen once in CI). The kubelet gets past it: a
+				// failed start makes it create the container anew, under a new id.
 				t.Skip("containerd 1.6 keeps the bundle of an abandoned task create")
 			}
 			pod := newPod(t, rs, "startkill")
