@@ -75,7 +75,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c := &Cluster{Dir: harness.NewBaseDir(t), NodeName: opts.NodeName}
 	p, err := newPKI(filepath.Join(c.Dir, "pki"))
 	if err != nil {
-		t.Fatalf("cluster: %v", err)
+		harness.Fatalf(t, "cluster: %v", err)
 	}
 	c.pki = p
 	port := func() int { return kubelet.FreePort(t) }
@@ -84,7 +84,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	must := func(err error) {
 		if err != nil {
 			t.Helper()
-			t.Fatalf("cluster: %v", err)
+			harness.Fatalf(t, "cluster: %v", err)
 		}
 	}
 	must(p.issue("apiserver", "kube-apiserver", nil, "127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
@@ -235,7 +235,7 @@ func (c *Cluster) KubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
 func (c *Cluster) Apply(t testing.TB, manifest string) {
 	t.Helper()
 	if out, err := c.KubectlIn(t, strings.NewReader(manifest), "apply", "-f", "-"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+		harness.Fatalf(t, "%v\n%s", err, out)
 	}
 }
 
@@ -249,7 +249,7 @@ func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, chec
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cluster: %s: not after %s: %v", what, timeout, err)
+			harness.Fatalf(t, "cluster: %s: not after %s: %v", what, timeout, err)
 		}
 		time.Sleep(time.Second)
 	}

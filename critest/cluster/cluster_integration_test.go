@@ -89,7 +89,7 @@ func (s *e2e) kubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := s.c.Kubectl(t, args...)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+		harness.Fatalf(t, "%v\n%s", err, out)
 	}
 	return out
 }
@@ -120,11 +120,11 @@ func (s *e2e) stepRun(t *testing.T) {
 	s.waitPhase(t, "hello", "Running")
 	node, _ := s.jsonpath(t, "pod", "hello", "{.spec.nodeName}")
 	if node != s.c.NodeName {
-		t.Errorf("pod on node %q, want %q", node, s.c.NodeName)
+		harness.Errorf(t, "pod on node %q, want %q", node, s.c.NodeName)
 	}
 	ip, _ := s.jsonpath(t, "pod", "hello", "{.status.podIP}")
 	if !strings.HasPrefix(ip, "198.1") {
-		t.Errorf("pod IP %q is not in the test range", ip)
+		harness.Errorf(t, "pod IP %q is not in the test range", ip)
 	}
 	s.c.WaitFor(t, time.Minute, "kubectl logs hello", func() error {
 		out, err := s.c.Kubectl(t, "-n", ns, "logs", "hello")
@@ -220,11 +220,11 @@ spec:
 	s.kubectl(t, "-n", ns, "wait", "--for=condition=complete", "job/count", "--timeout=3m")
 	pods := strings.Fields(s.kubectl(t, "-n", ns, "get", "pods", "-l", "job-name=count", "-o", "jsonpath={.items[*].metadata.name}"))
 	if len(pods) != 2 {
-		t.Fatalf("job pods: %v", pods)
+		harness.Fatalf(t, "job pods: %v", pods)
 	}
 	for _, p := range pods {
 		if out := s.kubectl(t, "-n", ns, "logs", p); out != "1\n2\n3" {
-			t.Errorf("job pod %s log %q", p, out)
+			harness.Errorf(t, "job pod %s log %q", p, out)
 		}
 	}
 }
@@ -249,10 +249,10 @@ spec:
 
 	// exec of a command, with its exit code
 	if out := s.kubectl(t, "-n", ns, "exec", "talk", "--", "sh", "-c", "echo $((6*7)); hostname"); out != "42\ntalk" {
-		t.Errorf("exec output %q", out)
+		harness.Errorf(t, "exec output %q", out)
 	}
 	if _, err := s.c.Kubectl(t, "-n", ns, "exec", "talk", "--", "sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "exit status 3") {
-		t.Errorf("exec exit 3: %v", err)
+		harness.Errorf(t, "exec exit 3: %v", err)
 	}
 	// an interactive shell over a pty: kubectl -it needs a terminal of its own, which
 	// script(1) gives it; the remote side gets a tty too.
@@ -264,7 +264,7 @@ spec:
 	shell.Stdin = &slowReader{lines: []string{"tty; echo pty-$((40+2))\n", "exit\n"}}
 	raw, err := shell.CombinedOutput()
 	if out := string(raw); err != nil || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "pty-42") {
-		t.Errorf("exec -it: %q %v", out, err)
+		harness.Errorf(t, "exec -it: %q %v", out, err)
 	}
 
 	// logs -f streams new lines
@@ -273,7 +273,7 @@ spec:
 	follow := s.c.KubectlCmd(ctx, "-n", ns, "logs", "-f", "talk")
 	pipe, _ := follow.StdoutPipe()
 	if err := follow.Start(); err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	sc := bufio.NewScanner(pipe)
 	seen := map[string]bool{}
@@ -285,7 +285,7 @@ spec:
 	cancel()
 	_ = follow.Wait()
 	if len(seen) < 3 {
-		t.Errorf("logs -f gave %d tick lines", len(seen))
+		harness.Errorf(t, "logs -f gave %d tick lines", len(seen))
 	}
 
 	// attach: what we write reaches the container's stdin, its answer comes back
@@ -295,7 +295,7 @@ spec:
 	in, _ := attach.StdinPipe()
 	aout, _ := attach.StdoutPipe()
 	if err := attach.Start(); err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	go func() {
 		for actx.Err() == nil {
@@ -314,22 +314,22 @@ spec:
 	acancel()
 	_ = attach.Wait()
 	if !got {
-		t.Errorf("attach: the container never echoed our line")
+		harness.Errorf(t, "attach: the container never echoed our line")
 	}
 
 	// cp both ways (tar through exec)
 	local := filepath.Join(t.TempDir(), "f.txt")
 	if err := os.WriteFile(local, []byte("copied by kubectl cp\n"), 0o644); err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	s.kubectl(t, "-n", ns, "cp", local, "talk:/tmp/f.txt")
 	if out := s.kubectl(t, "-n", ns, "exec", "talk", "--", "cat", "/tmp/f.txt"); out != "copied by kubectl cp" {
-		t.Errorf("cp into the pod: %q", out)
+		harness.Errorf(t, "cp into the pod: %q", out)
 	}
 	back := filepath.Join(t.TempDir(), "back.txt")
 	s.kubectl(t, "-n", ns, "cp", "talk:/tmp/f.txt", back)
 	if b, err := os.ReadFile(back); err != nil || string(b) != "copied by kubectl cp\n" {
-		t.Errorf("cp out of the pod: %q %v", b, err)
+		harness.Errorf(t, "cp out of the pod: %q %v", b, err)
 	}
 
 	// --previous after a restart: the container exits, the kubelet restarts it.
@@ -391,7 +391,7 @@ spec:
 	defer cancel()
 	pf := s.c.KubectlCmd(ctx, "-n", ns, "port-forward", "pod/nginx", fmt.Sprintf("%d:80", port))
 	if err := pf.Start(); err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	defer func() { cancel(); _ = pf.Wait() }()
 	s.c.WaitFor(t, time.Minute, "GET through port-forward", func() error {
@@ -466,11 +466,11 @@ spec:
 	})
 	hostIP, _ := s.jsonpath(t, "pod", "hostnet", "{.status.podIP}")
 	if hostIP != s.env.CNI.Gateway.String() {
-		t.Errorf("hostNetwork pod IP %q, want the node IP %s", hostIP, s.env.CNI.Gateway)
+		harness.Errorf(t, "hostNetwork pod IP %q, want the node IP %s", hostIP, s.env.CNI.Gateway)
 	}
 	links := s.kubectl(t, "-n", ns, "exec", "hostnet", "--", "ip", "link")
 	if !strings.Contains(links, s.env.CNI.Bridge) {
-		t.Errorf("hostNetwork pod does not see the host's bridge %s:\n%s", s.env.CNI.Bridge, links)
+		harness.Errorf(t, "hostNetwork pod does not see the host's bridge %s:\n%s", s.env.CNI.Bridge, links)
 	}
 	// The alt pod's sandbox runs on the alt handler: shimd reports it.
 	out, err := s.env.Shimd.Crictl(t, "pods", "--name", "alt", "--namespace", ns, "-o", "json")
@@ -481,7 +481,7 @@ spec:
 		err = json.Unmarshal([]byte(out), &pods)
 	}
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].RuntimeHandler != altHandler {
-		t.Errorf("crictl pods for alt: %v\n%s", err, out)
+		harness.Errorf(t, "crictl pods for alt: %v\n%s", err, out)
 	}
 }
 
@@ -515,7 +515,7 @@ spec:
 	})
 	host := s.kubectl(t, "-n", ns, "exec", "hello", "--", "uname", "-r")
 	if strings.Contains(host, "gvisor") {
-		t.Errorf("the runc pod sees %q", host)
+		harness.Errorf(t, "the runc pod sees %q", host)
 	}
 	s.kubectl(t, "-n", ns, "delete", "pod", "sentry", "--grace-period", "1", "--wait=true", "--timeout=2m")
 	s.kubectl(t, "delete", "runtimeclass", "gvisor")
@@ -541,7 +541,7 @@ spec:
 	took := time.Since(start)
 	// It took the container's 2 s, not the 20 s grace period nor nothing.
 	if took < 2*time.Second || took > 18*time.Second {
-		t.Errorf("delete took %s: the container did not get SIGTERM and its time", took)
+		harness.Errorf(t, "delete took %s: the container did not get SIGTERM and its time", took)
 	}
 	t.Logf("graceful delete of %s took %s", cid, took.Round(time.Millisecond))
 }
@@ -565,22 +565,22 @@ func (s *e2e) stepKill9DuringRollout(t *testing.T) {
 		}
 		a, ok := after[pod]
 		if !ok {
-			t.Errorf("pod %s is gone after the restart of shimd", pod)
+			harness.Errorf(t, "pod %s is gone after the restart of shimd", pod)
 			continue
 		}
 		if a != c {
-			t.Errorf("pod %s: container %s before, %s after the restart of shimd", pod, c, a)
+			harness.Errorf(t, "pod %s: container %s before, %s after the restart of shimd", pod, c, a)
 		}
 	}
 	// No duplicates: CRI lists exactly one running container per running pod container.
 	out, err := s.env.Shimd.Crictl(t, "ps", "-q", "--state", "running")
 	if err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	n := len(strings.Fields(out))
 	want := len(after)
 	if n != want {
-		t.Errorf("shimd runs %d containers, the API server knows %d running ones: %v", n, want, after)
+		harness.Errorf(t, "shimd runs %d containers, the API server knows %d running ones: %v", n, want, after)
 	}
 }
 
@@ -603,7 +603,7 @@ func (s *e2e) runningContainers(t testing.TB) map[string]string {
 	}
 	out := s.kubectl(t, "-n", ns, "get", "pods", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		t.Fatalf("kubectl get pods -o json: %v", err)
+		harness.Fatalf(t, "kubectl get pods -o json: %v", err)
 	}
 	m := map[string]string{}
 	for _, p := range list.Items {

@@ -55,23 +55,23 @@ func TestNodeConformance(t *testing.T) {
 	if v := os.Getenv("NODE_CONFORMANCE_PARALLEL"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			t.Fatalf("NODE_CONFORMANCE_PARALLEL=%q: want a positive integer", v)
+			harness.Fatalf(t, "NODE_CONFORMANCE_PARALLEL=%q: want a positive integer", v)
 		}
 		parallel = n
 	}
 	e2eTest, ginkgo := Binary("e2e.test"), Binary("ginkgo-e2e")
 	for _, b := range []string{e2eTest, ginkgo, Binary("agnhost")} {
 		if _, err := os.Stat(b); err != nil {
-			t.Fatalf("no %s: build it with hack/tools.sh e2e (make node-conformance does)", b)
+			harness.Fatalf(t, "no %s: build it with hack/tools.sh e2e (make node-conformance does)", b)
 		}
 	}
 	root, err := harness.RepoRoot()
 	if err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	skips, err := conformance.ReadSkipFile(filepath.Join(root, "critest", "skip-node-conformance"))
 	if err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	for _, s := range skips {
 		t.Logf("skip %q: %s", s.Pattern, s.Reason)
@@ -88,7 +88,7 @@ func TestNodeConformance(t *testing.T) {
 	reg.WriteHermeticHostsDir(t, hosts)
 	repoList := filepath.Join(work, "repo-list.yaml")
 	if err := os.WriteFile(repoList, []byte(RepoList(reg.Host(), authReg.Host())), 0o644); err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	env := harness.New(t, harness.Options{
 		Shimd: harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n\n[runtimes.%s]\ntype = \"io.containerd.runc.v2\"\nbinary_name = %q\nroot = %q\n",
@@ -111,10 +111,10 @@ func TestNodeConformance(t *testing.T) {
 		reportDir = "/var/tmp/shimd-node-conformance"
 	}
 	if err := os.RemoveAll(reportDir); err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		t.Fatal(err)
+		harness.Fatalf(t, "%v", err)
 	}
 	focus := `\[NodeConformance\]`
 	if f := os.Getenv("NODE_CONFORMANCE_FOCUS"); f != "" {
@@ -142,18 +142,18 @@ func TestNodeConformance(t *testing.T) {
 		Env: []string{"KUBE_TEST_REPO_LIST=" + repoList, "KUBECONFIG=" + c.Kubeconfig, "HOME=" + c.Dir}})
 	wall := time.Since(runStart).Round(time.Second)
 	if !ok {
-		t.Errorf("no ginkgo summary in e2e.test's output after %s (%v); log %s", wall, runErr, logPath)
+		harness.Errorf(t, "no ginkgo summary in e2e.test's output after %s (%v); log %s", wall, runErr, logPath)
 	} else {
 		t.Logf("e2e.test in %s: %s", wall, sum.Line)
 		if runErr != nil || sum.Failed > 0 || !sum.Succeeded {
-			t.Errorf("node conformance failed (%v): %s\n%s", runErr, sum.Line, strings.Join(sum.Failures, "\n"))
+			harness.Errorf(t, "node conformance failed (%v): %s\n%s", runErr, sum.Line, strings.Join(sum.Failures, "\n"))
 		}
 		for reason, n := range sum.RuntimeSkips {
 			t.Logf("%d tests skipped themselves: %s", n, reason)
 		}
 	}
 	if j, err := conformance.ReadJUnit(filepath.Join(reportDir, "junit_01.xml")); err != nil {
-		t.Errorf("junit report: %v", err)
+		harness.Errorf(t, "junit report: %v", err)
 	} else {
 		t.Logf("%s (report %s)", j, reportDir)
 		for _, f := range j.Failed {

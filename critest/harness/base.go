@@ -19,6 +19,7 @@ import (
 // in which case it is left for inspection (still unmounted).
 func NewBaseDir(t testing.TB) string {
 	t.Helper()
+	summaryOf(t)
 	dir, err := os.MkdirTemp("/tmp", "shimd-it-")
 	if err != nil {
 		t.Fatalf("harness: %v", err)

@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 
@@ -89,4 +91,34 @@ func TestParseMountinfo(t *testing.T) {
 
 func TestDedupeRoots(t *testing.T) {
 	require.Equal(t, []string{"/tmp/a", "/tmp/ab"}, dedupeRoots([]string{"/tmp/a/x", "/tmp/ab", "", "/tmp/a", "/tmp/a/"}))
+}
+
+func TestLogLinesAbout(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	other := strings.Repeat("cd", 32)
+	path := t.TempDir() + "/d.log"
+	var log strings.Builder
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(&log, "line %d id=%s\n", i, id)
+		fmt.Fprintf(&log, "noise %d\n", i)
+	}
+	require.NoError(t, os.WriteFile(path, []byte(log.String()), 0o600))
+
+	out := logLinesAbout(path, []string{"containerd container shimd-1/" + id + " (image x)", "process 12 shim -id " + id, "mount /x"}, 3)
+	require.Equal(t, "20 lines of "+path+" name "+id+"; the last 3:\n"+
+		"    line 17 id="+id+"\n    line 18 id="+id+"\n    line 19 id="+id+"\n", out, "each id once, its last lines")
+
+	out = logLinesAbout(path, []string{"snapshot " + other}, 3)
+	require.Equal(t, "0 lines of "+path+" name "+other+"; the last 0:\n", out)
+	require.Empty(t, logLinesAbout(path, []string{"mount /x", "IPAM lease 198.18.0.2"}, 3), "no id, nothing to look up")
+}
+
+func TestSummaryGoesToTheTopLevelTest(t *testing.T) {
+	s := summaryOf(t)
+	t.Run("sub", func(t *testing.T) {
+		require.Same(t, s, summaryOf(t), "a subtest adds to its top-level test's summary")
+		summaryOf(t).add(t, "first\nsecond")
+	})
+	require.Equal(t, []string{"- " + t.Name() + "/sub: first\n    second"}, s.lines)
+	s.lines = nil // this test passes: nothing to print
 }

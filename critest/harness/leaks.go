@@ -58,7 +58,14 @@ func AssertNoLeaks(t testing.TB, c LeakCheck) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("harness: leaked after waiting %s:\n  - %s", timeout, strings.Join(leaks, "\n  - "))
+			msg := fmt.Sprintf("harness: leaked after waiting %s:\n  - %s", timeout, strings.Join(leaks, "\n  - "))
+			if s := c.Shimd; s != nil {
+				msg += "\n" + logLinesAbout(s.LogPath(), leaks, 15)
+			}
+			if cd := c.Containerd; cd != nil {
+				msg += "\n" + logLinesAbout(cd.LogPath(), leaks, 10)
+			}
+			Errorf(t, "%s", strings.TrimRight(msg, "\n"))
 			return
 		}
 		time.Sleep(250 * time.Millisecond)

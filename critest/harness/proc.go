@@ -202,6 +202,7 @@ type Daemon struct{ d *daemon }
 // (SIGTERM, SIGKILL after 10s) and prints its log tail if the test failed.
 func StartDaemon(t testing.TB, name, path string, args []string, logPath string, timeout time.Duration, ready func() error) *Daemon {
 	t.Helper()
+	summaryOf(t)
 	d := &Daemon{d: &daemon{name: name, path: path, args: args, logPath: logPath}}
 	d.d.logOnFailure(t)
 	t.Cleanup(func() { d.d.stop() })

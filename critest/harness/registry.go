@@ -100,6 +100,7 @@ func EnsureImages(t testing.TB) string {
 // stops it by PID at the end of the test.
 func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 	t.Helper()
+	summaryOf(t)
 	if _, err := os.Stat(RegistryBinary); err != nil {
 		t.Fatalf("harness: %v (apt-get install docker-registry)", err)
 	}

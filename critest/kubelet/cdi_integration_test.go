@@ -152,7 +152,7 @@ func TestKubeletCDIDevicePlugin(t *testing.T) {
 	})
 	ctrs, err := s.rt.ListContainers(ctxT(t, time.Minute), &runtimeapi.ListContainersRequest{})
 	if err != nil || len(ctrs.Containers) != 1 {
-		t.Fatalf("containers: %v %v", ctrs, err)
+		harness.Fatalf(t, "containers: %v %v", ctrs, err)
 	}
 	s.stepTeardown(t)
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shimd/shimd/critest/harness"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -37,10 +38,10 @@ func (s *e2e) sandbox(t testing.TB, pod string) *runtimeapi.PodSandbox {
 		LabelSelector: map[string]string{"io.kubernetes.pod.name": s.k.MirrorName(pod), "io.kubernetes.pod.namespace": Namespace},
 	}})
 	if err != nil {
-		t.Fatalf("ListPodSandbox: %v", err)
+		harness.Fatalf(t, "ListPodSandbox: %v", err)
 	}
 	if len(resp.Items) != 1 {
-		t.Fatalf("pod %s: %d ready sandboxes in shimd, want 1: %v", pod, len(resp.Items), resp.Items)
+		harness.Fatalf(t, "pod %s: %d ready sandboxes in shimd, want 1: %v", pod, len(resp.Items), resp.Items)
 	}
 	return resp.Items[0]
 }
@@ -52,7 +53,7 @@ func (s *e2e) containers(t testing.TB, sandboxID string) []*runtimeapi.Container
 		Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID},
 	})
 	if err != nil {
-		t.Fatalf("ListContainers: %v", err)
+		harness.Fatalf(t, "ListContainers: %v", err)
 	}
 	return resp.Containers
 }
@@ -63,13 +64,13 @@ func (s *e2e) pauseless(t testing.TB, sandboxID string) bool {
 	t.Helper()
 	resp, err := s.rt.PodSandboxStatus(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxID, Verbose: true})
 	if err != nil {
-		t.Fatalf("PodSandboxStatus: %v", err)
+		harness.Fatalf(t, "PodSandboxStatus: %v", err)
 	}
 	var info struct {
 		Pauseless bool `json:"pauseless"`
 	}
 	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil {
-		t.Fatalf("PodSandboxStatus info: %v", err)
+		harness.Fatalf(t, "PodSandboxStatus info: %v", err)
 	}
 	return info.Pauseless
 }
@@ -82,12 +83,12 @@ func (s *e2e) snapshot(t testing.TB) map[string]podSnapshot {
 	for _, name := range s.pods {
 		p, err := s.k.Pod(name)
 		if err != nil {
-			t.Fatalf("before the restart: %v", err)
+			harness.Fatalf(t, "before the restart: %v", err)
 		}
 		snap := podSnapshot{sandbox: s.sandbox(t, name).Id, containers: map[string]string{}, restarts: map[string]int32{}}
 		for _, cs := range p.Status.ContainerStatuses {
 			if cs.State.Running == nil {
-				t.Fatalf("before the restart: pod %s container %s is not running: %s", name, cs.Name, stateString(cs.State))
+				harness.Fatalf(t, "before the restart: pod %s container %s is not running: %s", name, cs.Name, stateString(cs.State))
 			}
 			snap.containers[cs.Name] = criID(cs.ContainerID)
 			snap.restarts[cs.Name] = cs.RestartCount
@@ -104,7 +105,7 @@ func (s *e2e) compareCRI(t testing.TB, before map[string]podSnapshot) {
 	ctx := ctxT(t, 30*time.Second)
 	sbs, err := s.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
-		t.Fatalf("ListPodSandbox: %v", err)
+		harness.Fatalf(t, "ListPodSandbox: %v", err)
 	}
 	wantSB := map[string]string{}
 	wantCtr := map[string]string{}
@@ -116,29 +117,29 @@ func (s *e2e) compareCRI(t testing.TB, before map[string]podSnapshot) {
 	}
 	for _, sb := range sbs.Items {
 		if _, ok := wantSB[sb.Id]; !ok {
-			t.Errorf("CRI: new sandbox %s %s (%s)", sb.Id, sb.GetMetadata().GetName(), sb.State)
+			harness.Errorf(t, "CRI: new sandbox %s %s (%s)", sb.Id, sb.GetMetadata().GetName(), sb.State)
 		} else if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-			t.Errorf("CRI: sandbox of %s is %s", wantSB[sb.Id], sb.State)
+			harness.Errorf(t, "CRI: sandbox of %s is %s", wantSB[sb.Id], sb.State)
 		}
 		delete(wantSB, sb.Id)
 	}
 	for id, name := range wantSB {
-		t.Errorf("CRI: sandbox %s of %s is gone", id, name)
+		harness.Errorf(t, "CRI: sandbox %s of %s is gone", id, name)
 	}
 	ctrs, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 	}})
 	if err != nil {
-		t.Fatalf("ListContainers: %v", err)
+		harness.Fatalf(t, "ListContainers: %v", err)
 	}
 	for _, c := range ctrs.Containers {
 		if _, ok := wantCtr[c.Id]; !ok {
-			t.Errorf("CRI: new running container %s %s", c.Id, c.GetMetadata().GetName())
+			harness.Errorf(t, "CRI: new running container %s %s", c.Id, c.GetMetadata().GetName())
 		}
 		delete(wantCtr, c.Id)
 	}
 	for id, name := range wantCtr {
-		t.Errorf("CRI: container %s (%s) no longer runs", id, name)
+		harness.Errorf(t, "CRI: container %s (%s) no longer runs", id, name)
 	}
 }
 
@@ -201,7 +202,7 @@ func Consistently(t testing.TB, d time.Duration, what string, f func() error) {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		if err := f(); err != nil {
-			t.Fatalf("%s: %v", what, err)
+			harness.Fatalf(t, "%s: %v", what, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

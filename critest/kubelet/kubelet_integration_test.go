@@ -48,11 +48,11 @@ func TestKubeletBetaFeatures(t *testing.T) {
 	// The kubelet subscribed, and dropped no event for want of the pod's status.
 	shimdLog, err := os.ReadFile(s.env.Shimd.LogPath())
 	if err != nil || !strings.Contains(string(shimdLog), "event subscriber connected") {
-		t.Errorf("the kubelet never subscribed to GetContainerEvents (%v)", err)
+		harness.Errorf(t, "the kubelet never subscribed to GetContainerEvents (%v)", err)
 	}
 	klog, err := os.ReadFile(s.k.LogPath)
 	if err != nil || strings.Contains(string(klog), "Evented PLEG: received ContainerEventResponse with nil") {
-		t.Errorf("the kubelet dropped events (%v): %s", err, s.k.LogTail(20, "E"))
+		harness.Errorf(t, "the kubelet dropped events (%v): %s", err, s.k.LogTail(20, "E"))
 	}
 }
 
@@ -177,10 +177,10 @@ func (s *e2e) stepShare(t *testing.T) {
 		return nil
 	})
 	if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !s.env.CNI.Subnet.Contains(ip) {
-		t.Errorf("pod IP %q is not in the CNI subnet %s", pod.Status.PodIP, s.env.CNI.Subnet)
+		harness.Errorf(t, "pod IP %q is not in the CNI subnet %s", pod.Status.PodIP, s.env.CNI.Subnet)
 	}
 	if podCondition(pod, corev1.PodInitialized) != corev1.ConditionTrue {
-		t.Errorf("pod share: Initialized condition is %q", podCondition(pod, corev1.PodInitialized))
+		harness.Errorf(t, "pod share: Initialized condition is %q", podCondition(pod, corev1.PodInitialized))
 	}
 
 	// Through CRI: one ready sandbox with the same IP; three containers
@@ -188,10 +188,10 @@ func (s *e2e) stepShare(t *testing.T) {
 	sb := s.sandbox(t, "share")
 	st, err := s.rt.PodSandboxStatus(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.Id})
 	if err != nil {
-		t.Fatalf("PodSandboxStatus: %v", err)
+		harness.Fatalf(t, "PodSandboxStatus: %v", err)
 	}
 	if got := st.GetStatus().GetNetwork().GetIp(); got != pod.Status.PodIP {
-		t.Errorf("CRI sandbox IP %q, kubelet pod IP %q", got, pod.Status.PodIP)
+		harness.Errorf(t, "CRI sandbox IP %q, kubelet pod IP %q", got, pod.Status.PodIP)
 	}
 	ctrs := s.containers(t, sb.Id)
 	wantState := map[string]runtimeapi.ContainerState{
@@ -201,15 +201,15 @@ func (s *e2e) stepShare(t *testing.T) {
 	for _, c := range ctrs {
 		name := c.GetMetadata().GetName()
 		if ws, ok := wantState[name]; !ok || c.State != ws {
-			t.Errorf("CRI container %s (%s) is %s, want %s", name, c.Id, c.State, ws)
+			harness.Errorf(t, "CRI container %s (%s) is %s, want %s", name, c.Id, c.State, ws)
 		}
 		if cs := containerStatus(pod, name); cs == nil || criID(cs.ContainerID) != c.Id {
-			t.Errorf("CRI container %s id %s is not the kubelet's (%+v)", name, c.Id, cs)
+			harness.Errorf(t, "CRI container %s id %s is not the kubelet's (%+v)", name, c.Id, cs)
 		}
 		delete(wantState, name)
 	}
 	if len(wantState) > 0 {
-		t.Errorf("CRI lacks containers %v of pod share", wantState)
+		harness.Errorf(t, "CRI lacks containers %v of pod share", wantState)
 	}
 
 	// The kubelet's pod cgroup (cgroupfs driver, BestEffort QoS) holds the
@@ -220,7 +220,7 @@ func (s *e2e) stepShare(t *testing.T) {
 	ids := []string{criID(containerStatus(pod, "writer").ContainerID), criID(containerStatus(pod, "reader").ContainerID)}
 	if s.pauseless(t, sb.Id) {
 		if _, err := os.Stat(filepath.Join(podCgroup, sb.Id)); !os.IsNotExist(err) {
-			t.Errorf("pause-less pod %s has a sandbox cgroup (%v)", sb.Id, err)
+			harness.Errorf(t, "pause-less pod %s has a sandbox cgroup (%v)", sb.Id, err)
 		}
 	} else {
 		ids = append(ids, sb.Id)
@@ -228,7 +228,7 @@ func (s *e2e) stepShare(t *testing.T) {
 	for _, id := range ids {
 		procs, err := os.ReadFile(filepath.Join(podCgroup, id, "cgroup.procs"))
 		if err != nil || len(strings.TrimSpace(string(procs))) == 0 {
-			t.Errorf("cgroup %s/%s holds no process (%v): shimd must honour the kubelet's cgroup parent", podCgroup, id, err)
+			harness.Errorf(t, "cgroup %s/%s holds no process (%v): shimd must honour the kubelet's cgroup parent", podCgroup, id, err)
 		}
 	}
 }
@@ -357,7 +357,7 @@ func (s *e2e) stepProbes(t *testing.T) {
 			seen = append(seen, cs.RestartCount)
 		}
 		if cs.RestartCount > 2 {
-			t.Fatalf("restartCount %d: the third start should have stayed healthy (seen %v)", cs.RestartCount, seen)
+			harness.Fatalf(t, "restartCount %d: the third start should have stayed healthy (seen %v)", cs.RestartCount, seen)
 		}
 		if cs.RestartCount < 2 {
 			return fmt.Errorf("restartCount %d, state %s", cs.RestartCount, stateString(cs.State))
@@ -373,21 +373,21 @@ func (s *e2e) stepProbes(t *testing.T) {
 	t.Logf("restartCount went %v; Ready after %s", seen, took)
 	for i := 1; i < len(seen); i++ {
 		if seen[i] < seen[i-1] {
-			t.Errorf("restartCount went down: %v", seen)
+			harness.Errorf(t, "restartCount went down: %v", seen)
 		}
 	}
 	cs := containerStatus(pod, "app")
 	if lt := cs.LastTerminationState.Terminated; lt == nil {
-		t.Errorf("no last termination state after a liveness restart")
+		harness.Errorf(t, "no last termination state after a liveness restart")
 	} else {
 		t.Logf("last termination: exit %d, reason %s", lt.ExitCode, lt.Reason)
 	}
 	if out, err := s.k.ContainerLogs("probe", "app", LogOptions{}); err != nil || !strings.Contains(out, "start 3") {
-		t.Errorf("current log of app: %q, %v; want \"start 3\"", out, err)
+		harness.Errorf(t, "current log of app: %q, %v; want \"start 3\"", out, err)
 	}
 	if out, err := s.k.ContainerLogs("probe", "app", LogOptions{Previous: true}); err != nil ||
 		!strings.Contains(out, "start 2") || !strings.Contains(out, "unhealthy now") {
-		t.Errorf("previous log of app: %q, %v; want \"start 2\" and \"unhealthy now\"", out, err)
+		harness.Errorf(t, "previous log of app: %q, %v; want \"start 2\" and \"unhealthy now\"", out, err)
 	}
 	// Through CRI: the running container is attempt 2 and the kubelet's.
 	var runningIDs []string
@@ -395,12 +395,12 @@ func (s *e2e) stepProbes(t *testing.T) {
 		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			runningIDs = append(runningIDs, c.Id)
 			if c.GetMetadata().GetAttempt() != 2 {
-				t.Errorf("CRI running container %s has attempt %d, want 2", c.Id, c.GetMetadata().GetAttempt())
+				harness.Errorf(t, "CRI running container %s has attempt %d, want 2", c.Id, c.GetMetadata().GetAttempt())
 			}
 		}
 	}
 	if len(runningIDs) != 1 || runningIDs[0] != criID(cs.ContainerID) {
-		t.Errorf("CRI running containers %v, kubelet's %s", runningIDs, cs.ContainerID)
+		harness.Errorf(t, "CRI running containers %v, kubelet's %s", runningIDs, cs.ContainerID)
 	}
 }
 

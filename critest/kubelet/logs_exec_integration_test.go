@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shimd/shimd/critest/harness"
 )
 
 // Step 4: the kubelet rotates the logger's log (containerLogMaxSize 1Mi,
@@ -54,7 +56,7 @@ func (s *e2e) stepLogs(t *testing.T) {
 	})
 	t.Logf("log files: %v", baseNames(files))
 	if err := checkLogContinuity(files); err != nil {
-		t.Errorf("log lines across rotations: %v", err)
+		harness.Errorf(t, "log lines across rotations: %v", err)
 	}
 
 	// /containerLogs returns the newest ticks, from the file shimd reopened.
@@ -73,7 +75,7 @@ func (s *e2e) stepLogs(t *testing.T) {
 		return nil
 	})
 	if out, err := s.k.ContainerLogs("logger", "logger", LogOptions{}); err != nil || strings.Contains(out, "line 1 ") {
-		t.Errorf("whole /containerLogs should start after the rotated lines (err %v), starts with %q", err, trim(out, 200))
+		harness.Errorf(t, "whole /containerLogs should start after the rotated lines (err %v), starts with %q", err, trim(out, 200))
 	}
 }
 
@@ -89,10 +91,10 @@ func (s *e2e) stepStreaming(t *testing.T) {
 				Pod: "web", Container: "web", Command: []string{"sh", "-c", script}, Stdin: "hello\n", Transport: tr,
 			})
 			if err != nil {
-				t.Fatalf("exec: %v (stdout %q, stderr %q)", err, res.Stdout, res.Stderr)
+				harness.Fatalf(t, "exec: %v (stdout %q, stderr %q)", err, res.Stdout, res.Stderr)
 			}
 			if res.Stdout != "out-42\ngot-hello\n" || res.Stderr != "err-line\n" || res.ExitCode != 3 {
-				t.Errorf("exec: stdout %q, stderr %q, exit %d; want \"out-42\\ngot-hello\\n\", \"err-line\\n\", 3",
+				harness.Errorf(t, "exec: stdout %q, stderr %q, exit %d; want \"out-42\\ngot-hello\\n\", \"err-line\\n\", 3",
 					res.Stdout, res.Stderr, res.ExitCode)
 			}
 			t.Logf("exec over %s took %s", tr, time.Since(start).Round(time.Millisecond))
@@ -101,19 +103,19 @@ func (s *e2e) stepStreaming(t *testing.T) {
 	t.Run("exec_tty", func(t *testing.T) {
 		res, err := s.k.Exec(ctxT(t, time.Minute), ExecRequest{Pod: "web", Container: "web", Command: []string{"tty"}, TTY: true})
 		if err != nil || !strings.Contains(res.Stdout, "/dev/pts/") {
-			t.Errorf("exec tty: %q, %v; want /dev/pts/N", res.Stdout, err)
+			harness.Errorf(t, "exec tty: %q, %v; want /dev/pts/N", res.Stdout, err)
 		}
 	})
 	t.Run("portforward", func(t *testing.T) {
 		local, stop, err := s.k.PortForward("web", 80)
 		if err != nil {
-			t.Fatalf("port-forward: %v", err)
+			harness.Fatalf(t, "port-forward: %v", err)
 		}
 		defer stop()
 		for i := 0; i < 3; i++ { // each connection is a new stream pair
 			code, body, err := httpGet(ctxT(t, 30*time.Second), fmt.Sprintf("http://127.0.0.1:%d/", local))
 			if err != nil || code != 200 {
-				t.Fatalf("GET through port-forward #%d: %d %q, %v", i, code, trim(body, 200), err)
+				harness.Fatalf(t, "GET through port-forward #%d: %d %q, %v", i, code, trim(body, 200), err)
 			}
 		}
 	})

@@ -131,7 +131,7 @@ func (s *e2e) stepRestart(t *testing.T) {
 	s.compareCRI(t, before)
 	res, err := s.k.Exec(ctxT(t, time.Minute), ExecRequest{Pod: "web", Container: "web", Command: []string{"echo", "after-restart"}})
 	if err != nil || res.Stdout != "after-restart\n" {
-		t.Errorf("exec after the restarts: %q, %v", res.Stdout, err)
+		harness.Errorf(t, "exec after the restarts: %q, %v", res.Stdout, err)
 	}
 }
 
@@ -191,7 +191,7 @@ func (s *e2e) stepTeardown(t *testing.T) {
 		return nil
 	})
 	if code, _, err := httpGet(context.Background(), fmt.Sprintf("http://127.0.0.1:%d/", s.hostPort)); err == nil {
-		t.Errorf("hostPort %d still answers (%d) after teardown", s.hostPort, code)
+		harness.Errorf(t, "hostPort %d still answers (%d) after teardown", s.hostPort, code)
 	}
 	// The harness's leak check, less the kubelet itself (its command line
 	// names shimd's socket, which the check looks for).
