@@ -93,9 +93,16 @@ integration-runsc: tools
 
 # Pod lifecycles while shimd and containerd are killed at random (CRASH_SOAK_ROUNDS,
 # CRASH_SOAK_SEED), then the full leak check; make check runs a short one.
-.PHONY: crash-soak
+.PHONY: crash-soak cluster-soak
 crash-soak: tools
 	CRASH_SOAK_ROUNDS=$${CRASH_SOAK_ROUNDS:-100} $(GO) test -tags integration -count=1 -timeout 30m -run TestCrashSoak -v ./critest/e2e/
+
+# kill -9 of shimd at a random moment of a Deployment's rollout on the one-node
+# cluster, SHIMD_CLUSTER_SOAK rounds (default 20, about 40 s each); after each round
+# shimd must account for every containerd container and IP lease. SHIMD_SOAK_SEED
+# repeats a run's timing.
+cluster-soak: tools
+	bash hack/tools.sh cluster && SHIMD_CLUSTER_SOAK=$${SHIMD_CLUSTER_SOAK:-20} $(GO) test -tags integration -count=1 -timeout 60m -run TestClusterKill9Soak -v ./critest/cluster/
 
 # 1000 pod lifecycles, then shimd's goroutines, descriptors and live heap must be
 # back at their baseline (GROWTH_LIFECYCLES; make check runs 40).

@@ -43,6 +43,22 @@ type e2e struct {
 // TestCluster runs a one-node cluster on shimd and drives it with kubectl the way a
 // user does, step by step; each step waits with a deadline.
 func TestCluster(t *testing.T) {
+	s := startCluster(t)
+	t.Run("1_kubectl_run", s.stepRun)
+	t.Run("2_deployment_scale_rollout", s.stepDeployment)
+	t.Run("3_job", s.stepJob)
+	t.Run("4_logs_exec_attach_cp", s.stepStreams)
+	t.Run("5_port_forward", s.stepPortForward)
+	t.Run("6_probe_init_hostnetwork_runtimeclass", s.stepPodFeatures)
+	t.Run("6b_runtimeclass_gvisor", s.stepGVisor)
+	t.Run("7_delete_with_grace_period", s.stepGracefulDelete)
+	t.Run("8_kill9_shimd_during_rollout", s.stepKill9DuringRollout)
+	t.Run("9_namespace_deleted_nothing_left", s.stepTeardown)
+}
+
+// startCluster starts shimd (with the registry's hosts and the alt handler), the
+// one-node cluster on it, and creates the test namespace.
+func startCluster(t *testing.T) *e2e {
 	if os.Geteuid() != 0 {
 		t.Skip("the cluster e2e test needs root")
 	}
@@ -72,17 +88,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	s.kubectl(t, "create", "namespace", ns)
-
-	t.Run("1_kubectl_run", s.stepRun)
-	t.Run("2_deployment_scale_rollout", s.stepDeployment)
-	t.Run("3_job", s.stepJob)
-	t.Run("4_logs_exec_attach_cp", s.stepStreams)
-	t.Run("5_port_forward", s.stepPortForward)
-	t.Run("6_probe_init_hostnetwork_runtimeclass", s.stepPodFeatures)
-	t.Run("6b_runtimeclass_gvisor", s.stepGVisor)
-	t.Run("7_delete_with_grace_period", s.stepGracefulDelete)
-	t.Run("8_kill9_shimd_during_rollout", s.stepKill9DuringRollout)
-	t.Run("9_namespace_deleted_nothing_left", s.stepTeardown)
+	return s
 }
 
 func (s *e2e) kubectl(t testing.TB, args ...string) string {
@@ -183,12 +189,12 @@ func (s *e2e) stepDeployment(t *testing.T) {
 	s.kubectl(t, "-n", ns, "set", "image", "deployment/web", "main="+busybox136)
 	s.kubectl(t, "-n", ns, "rollout", "status", "deployment/web", "--timeout", "3m")
 	s.waitAvailable(t, "web", 3)
-	s.waitRolledOut(t, busybox136)
+	s.waitRolledOut(t, busybox136, 3)
 }
 
-// waitRolledOut waits until web's pods are exactly 3, all with image (the old ones
+// waitRolledOut waits until web's pods are exactly n, all with image (the old ones
 // have terminated and are gone).
-func (s *e2e) waitRolledOut(t testing.TB, image string) {
+func (s *e2e) waitRolledOut(t testing.TB, image string, n int) {
 	t.Helper()
 	s.c.WaitFor(t, stepTimeout, "the old pods gone after the rollout", func() error {
 		images, err := s.c.Kubectl(t, "-n", ns, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}")
@@ -196,7 +202,7 @@ func (s *e2e) waitRolledOut(t testing.TB, image string) {
 			return err
 		}
 		f := strings.Fields(images)
-		if len(f) != 3 || slices.ContainsFunc(f, func(i string) bool { return i != image }) {
+		if len(f) != n || slices.ContainsFunc(f, func(i string) bool { return i != image }) {
 			return fmt.Errorf("pods' images: %s", images)
 		}
 		return nil
@@ -557,7 +563,7 @@ func (s *e2e) stepKill9DuringRollout(t *testing.T) {
 	s.env.Shimd.Start(t)
 	s.kubectl(t, "-n", ns, "rollout", "status", "deployment/web", "--timeout", "4m")
 	s.waitAvailable(t, "web", 3)
-	s.waitRolledOut(t, busybox)
+	s.waitRolledOut(t, busybox, 3)
 	after := s.runningContainers(t)
 	for pod, c := range before {
 		if strings.HasPrefix(pod, "web-") {
