@@ -72,6 +72,8 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		return nil, err
 	}
 	id := newContainerID()
+	s.creating.Store(id, true) // SweepOrphans leaves it alone; after containers.add below
+	defer s.creating.Delete(id)
 	c := &Container{
 		ID: id, statusDir: s.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
 		ImageName: cfg.GetImage().GetImage(), ImageRef: imageRef(img), LogPath: logPath,

@@ -145,3 +145,36 @@ func (s *Service) removeOrphanDirs(ctx context.Context) {
 		}
 	}
 }
+
+// SweepOrphans runs while shimd serves: it deletes the containerd containers of kind
+// container that shimd does not know and is not creating, with their directories.
+// They are what a failed undo left: a delete that failed during recovery (the shim
+// still busy with a task's create or delete that shimd's death cut short) or the
+// undo of a failed CreateContainer.
+func (s *Service) SweepOrphans(ctx context.Context) {
+	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", record.LabelKind, record.KindContainer))
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("sweep: list containers")
+		return
+	}
+	for _, rec := range list {
+		// creating first: CreateContainer adds to the store before it leaves creating.
+		if _, busy := s.creating.Load(rec.ID); busy {
+			continue
+		}
+		if _, err := s.containers.get(rec.ID); err == nil {
+			continue
+		}
+		c, err := decodeContainerRecord(rec)
+		if err != nil {
+			continue
+		}
+		log.G(ctx).WithField("container", c.ID).Info("removing a container shimd does not know (its earlier removal failed)")
+		if err := s.deleteContainerd(ctx, c); err != nil {
+			log.G(ctx).WithError(err).WithField("container", c.ID).Warn("remove orphaned container")
+			continue
+		}
+		os.RemoveAll(s.containerDir(c.ID))
+		os.RemoveAll(s.fifoDir(c.ID))
+	}
+}

@@ -131,6 +131,7 @@ type Service struct {
 	volumeMu   sync.Mutex      // held while an image volume is mounted
 	nriStopped sync.Map        // pod ids whose stop NRI plugins were told of
 	finishing  sync.WaitGroup  // exits being recorded (TaskExit); Close waits
+	creating   sync.Map        // ids of containers whose CreateContainer is in progress
 }
 
 // New makes the RuntimeService; call Recover before serving.

@@ -86,13 +86,16 @@ func (m *Manager) Sweep(ctx context.Context) error {
 	return nil
 }
 
-// SweepLive is Sweep while shimd serves, after containerd came back: a Run whose
-// undo failed while containerd was away left its "creating" record, task and shim;
+// SweepLive is Sweep while shimd serves, after containerd came back and every
+// sweep_interval: a Run whose undo failed (while containerd was away, or during
+// recovery while the shim was still busy) left its "creating" record, task and shim;
 // they are undone now. Work in progress is left alone.
 func (m *Manager) SweepLive(ctx context.Context) {
 	if !m.swept.Load() {
 		return // recovery has not run yet; it sweeps itself
 	}
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
 	list, err := m.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("sweep: list sandboxes")

@@ -198,13 +198,18 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	var bg sync.WaitGroup
 	defer func() { cancelBg(); bg.Wait() }()
 	bg.Go(func() { w.events.Run(bgCtx) })
+	recovered := make(chan struct{})
 	bg.Go(func() {
 		recoverUntilDone(bgCtx, func(d time.Duration) {
 			startNRI(ctx, w.nri) // plugins synchronize with the recovered pods
 			isReady.Store(true)
+			close(recovered)
 			m.recovery.Set(d.Seconds())
 			ready(d)
 		}, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
+	})
+	bg.Go(func() {
+		sweepEvery(bgCtx, recovered, 10*time.Second, time.Duration(cfg.SweepInterval), w.runtime.SweepOrphans, w.sandboxes.SweepLive)
 	})
 	bg.Go(func() {
 		if err := cni.Watch(bgCtx, 200*time.Millisecond); err != nil {

@@ -625,7 +625,7 @@ func (s *e2e) runningContainers(t testing.TB) map[string]string {
 // Step 9: deleting the namespace removes every pod; shimd has no pod left and the
 // harness's leak check (netns, IP leases, mounts, containers, shims) runs after.
 func (s *e2e) stepTeardown(t *testing.T) {
-	s.kubectl(t, "delete", "runtimeclass", "alt")
+	s.kubectl(t, "delete", "runtimeclass", "alt", "--ignore-not-found")
 	s.kubectl(t, "delete", "namespace", ns, "--timeout=4m")
 	s.c.WaitFor(t, stepTimeout, "shimd has no pods", func() error {
 		out, err := s.env.Shimd.Crictl(t, "pods", "-q")
