@@ -232,7 +232,18 @@ func (tg *target) removeAllPods() error {
 	}
 	var errs []error
 	for _, sb := range sbs.Items {
-		errs = append(errs, tg.removePod(sb.Id))
+		// The kubelet may still be stopping the pod (a sandbox is NOTREADY once its
+		// pause process is gone, before its network is down). containerd's CRI plugin
+		// then fails a concurrent StopPodSandbox ("failed to delete \"eth0\": no such
+		// device"), and the next one succeeds: retry a few times.
+		var err error
+		for try := 0; try < 10; try++ {
+			if err = tg.removePod(sb.Id); err == nil {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
