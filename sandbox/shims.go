@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,9 @@ import (
 
 	taskv2 "github.com/containerd/containerd/api/runtime/task/v2"
 	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
 )
@@ -166,6 +170,13 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 			continue
 		}
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
+		// containerd's task list leaves out a task whose shim does not answer its
+		// state call within 2 s (a busy machine): it is no proof. Each task the shim
+		// could serve is asked for by id, and only a NotFound for every one counts.
+		if id, ok := m.anyTaskOf(ctx, shimTaskIDs(s, group, grouped, sandboxOf)); ok {
+			log.G(ctx).WithField("task", id).Debug("shim kept: containerd's task list left out a task it serves, or could not say")
+			continue
+		}
 		if err := m.stopShim(ctx, s); err != nil {
 			log.G(ctx).WithError(err).Warn("stop orphaned shim")
 			continue
@@ -174,6 +185,40 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// shimTaskIDs are the ids of the tasks shim s may serve: its own, and when it is a
+// pod's shim, the pod's and those of every recorded container of the pod.
+func shimTaskIDs(s shimProc, group string, grouped bool, sandboxOf map[string]string) []string {
+	ids := []string{s.id}
+	if grouped {
+		ids = append(ids, group)
+	}
+	pod := cmp.Or(sandboxOf[s.id], s.id)
+	if grouped {
+		pod = group
+	}
+	for id, sb := range sandboxOf {
+		if sb == pod && id != s.id && id != pod {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids[1:])
+	return ids
+}
+
+// anyTaskOf asks containerd for each task by id: the first that exists, or whose
+// lookup failed other than with NotFound (then nobody can tell), is returned with
+// true.
+func (m *Manager) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
+	ts := m.opts.Client.TaskService()
+	for _, id := range ids {
+		_, err := ts.Get(ctx, &tasks.GetRequest{ContainerID: id})
+		if err == nil || !errdefs.IsNotFound(errgrpc.ToNative(err)) {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // stopShim asks a shim to delete its task (runc delete --force: the process and its

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,4 +66,16 @@ func TestDeletedBundle(t *testing.T) {
 			t.Errorf("deletedBundle(%q) = %v, want %v", cwd, got, want)
 		}
 	}
+}
+
+func TestShimTaskIDs(t *testing.T) {
+	pod, c1, c2, other := strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64), strings.Repeat("d", 64)
+	sandboxOf := map[string]string{pod: "", c1: pod, c2: pod, other: strings.Repeat("e", 64)}
+	// A pod's shim, started for its pause task: every container of the pod counts.
+	require.Equal(t, []string{pod, c1, c2}, shimTaskIDs(shimProc{id: pod}, "", false, sandboxOf))
+	// Found on the pod's socket (a pause-less pod's shim, started for its first
+	// container): the pod's id and its other containers count too.
+	require.Equal(t, []string{c1, pod, c2}, shimTaskIDs(shimProc{id: c1}, pod, true, sandboxOf))
+	// A container's own shim (no pod record, e.g. the pod is gone).
+	require.Equal(t, []string{other}, shimTaskIDs(shimProc{id: other}, "", false, map[string]string{other: ""}))
 }
