@@ -122,3 +122,21 @@ func TestSummaryGoesToTheTopLevelTest(t *testing.T) {
 	require.Equal(t, []string{"- " + t.Name() + "/sub: first\n    second"}, s.lines)
 	s.lines = nil // this test passes: nothing to print
 }
+
+func TestNotableLines(t *testing.T) {
+	path := t.TempDir() + "/shimd.log"
+	log := `===== harness: shimd starting at 2026-11-23T20:00:00Z
+time="..." level=info msg=done duration=1ms rpc=ListPodSandbox
+time="..." level=warning msg=failed error="rpc error: code = NotFound desc = container \"x\": not found" rpc=ContainerStatus
+time="..." level=info msg="recovery done" duration=20ms
+time="..." level=info msg="stopped orphaned shim" shim=abc
+time="..." level=warning msg="remove orphaned container" error="busy"
+time="..." level=debug msg=done rpc=Version
+`
+	require.NoError(t, os.WriteFile(path, []byte(log), 0o600))
+	lines := strings.Split(notableLines(path, 10), "\n")
+	require.Len(t, lines, 4, "restarts, recovery, sweeps and warnings; not RPC noise: %q", lines)
+	require.Contains(t, lines[0], "shimd starting")
+	require.Contains(t, lines[3], "remove orphaned container")
+	require.Len(t, strings.Split(notableLines(path, 2), "\n"), 2, "only the last n")
+}

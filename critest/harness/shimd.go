@@ -135,6 +135,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 		logPath: filepath.Join(dir, "shimd.log"),
 	}
 	s.proc.logOnFailure(t)
+	showLog(t, "shimd", s.proc.logPath)
 	t.Cleanup(func() {
 		if s.proc.stop() {
 			t.Logf("harness: shimd needed SIGKILL to stop")

@@ -2,8 +2,10 @@ package harness
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 type summary struct {
 	mu    sync.Mutex
 	lines []string
+	logs  map[string]string // daemon -> log path, whose notable lines are shown too
 }
 
 var summaries sync.Map // top-level test name -> *summary
@@ -40,8 +43,20 @@ func summaryOf(t testing.TB) *summary {
 		summaries.CompareAndDelete(rootName(t), s)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if t.Failed() && len(s.lines) > 0 {
-			t.Logf("harness: what failed in %s (the details are above):\n%s", rootName(t), strings.Join(s.lines, "\n"))
+		if !t.Failed() {
+			return
+		}
+		var b strings.Builder
+		for _, name := range slices.Sorted(maps.Keys(s.logs)) {
+			if lines := notableLines(s.logs[name], 30); lines != "" {
+				fmt.Fprintf(&b, "%s's last notable log lines (warnings, errors, restarts, recovery and sweeps; %s):\n%s\n", name, s.logs[name], lines)
+			}
+		}
+		if len(s.lines) > 0 {
+			fmt.Fprintf(&b, "what failed:\n%s", strings.Join(s.lines, "\n"))
+		}
+		if b.Len() > 0 {
+			t.Logf("harness: the end of %s (the details are above):\n%s", rootName(t), b.String())
 		}
 	})
 	return s
@@ -51,6 +66,42 @@ func (s *summary) add(t testing.TB, msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lines = append(s.lines, "- "+t.Name()+": "+strings.ReplaceAll(msg, "\n", "\n    "))
+}
+
+// showLog names a daemon log whose notable lines the summary shows when t fails.
+func showLog(t testing.TB, name, path string) {
+	s := summaryOf(t)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.logs == nil {
+		s.logs = map[string]string{}
+	}
+	s.logs[name] = path
+}
+
+// notable is what notableLines keeps of a daemon's log; noise are failed RPCs the
+// kubelet makes all the time (a status of a container it just removed).
+var (
+	notable = regexp.MustCompile(`level=(error|warning|fatal|panic)|===== harness:|orphan|removing|undo|recovery done|sweep|stopped`)
+	noise   = regexp.MustCompile(`msg=failed .*code = NotFound`)
+)
+
+// notableLines returns the last n notable lines of the log at path.
+func notableLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if notable.MatchString(l) && !noise.MatchString(l) {
+			keep = append(keep, "    "+l)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "\n")
 }
 
 // Errorf is t.Errorf, with the message repeated at the end of the test's output.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shimd/shimd/critest/harness"
 )
 
 // Namespace of every static pod the tests write.
@@ -181,7 +183,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, f func() error
 			return time.Since(start).Round(100 * time.Millisecond)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, timeout, err)
+			harness.Fatalf(t, "%s: not after %s: %v", what, timeout, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
