@@ -146,17 +146,19 @@ func (s *Service) removeOrphanDirs(ctx context.Context) {
 	}
 }
 
-// SweepOrphans runs while shimd serves: it deletes the containerd containers of kind
-// container that shimd does not know and is not creating, with their directories.
-// They are what a failed undo left: a delete that failed during recovery (the shim
-// still busy with a task's create or delete that shimd's death cut short) or the
-// undo of a failed CreateContainer.
+// SweepOrphans runs while shimd serves (sweep_interval): it deletes the containerd
+// containers of kind container that shimd does not know, is not creating and whose
+// task does not run, once two sweeps in a row have found them so, with their
+// directories. They are what a failed undo left: a delete that failed during
+// recovery, or the undo of a failed CreateContainer. A container with a running
+// task is never touched: that is a workload, whatever the records say.
 func (s *Service) SweepOrphans(ctx context.Context) {
 	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", record.LabelKind, record.KindContainer))
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("sweep: list containers")
 		return
 	}
+	seen := map[string]bool{}
 	for _, rec := range list {
 		// creating first: CreateContainer adds to the store before it leaves creating.
 		if _, busy := s.creating.Load(rec.ID); busy {
@@ -165,8 +167,15 @@ func (s *Service) SweepOrphans(ctx context.Context) {
 		if _, err := s.containers.get(rec.ID); err == nil {
 			continue
 		}
+		seen[rec.ID] = true
+		if !s.unknownBefore[rec.ID] {
+			continue // found again by the next sweep, it goes
+		}
 		c, err := decodeContainerRecord(rec)
 		if err != nil {
+			continue
+		}
+		if _, _, running, err := s.taskState(ctx, c.ID); err != nil || running {
 			continue
 		}
 		log.G(ctx).WithField("container", c.ID).Info("removing a container shimd does not know (its earlier removal failed)")
@@ -177,4 +186,5 @@ func (s *Service) SweepOrphans(ctx context.Context) {
 		os.RemoveAll(s.containerDir(c.ID))
 		os.RemoveAll(s.fifoDir(c.ID))
 	}
+	s.unknownBefore = seen
 }

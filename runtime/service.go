@@ -132,6 +132,9 @@ type Service struct {
 	nriStopped sync.Map        // pod ids whose stop NRI plugins were told of
 	finishing  sync.WaitGroup  // exits being recorded (TaskExit); Close waits
 	creating   sync.Map        // ids of containers whose CreateContainer is in progress
+	// unknownBefore are the containerd containers the last SweepOrphans found
+	// unknown (only SweepOrphans, one at a time, uses it).
+	unknownBefore map[string]bool
 }
 
 // New makes the RuntimeService; call Recover before serving.

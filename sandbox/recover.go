@@ -86,11 +86,27 @@ func (m *Manager) Sweep(ctx context.Context) error {
 	return nil
 }
 
-// SweepLive is Sweep while shimd serves, after containerd came back and every
-// sweep_interval: a Run whose undo failed (while containerd was away, or during
-// recovery while the shim was still busy) left its "creating" record, task and shim;
-// they are undone now. Work in progress is left alone.
+// SweepLive is Sweep while shimd serves, after containerd came back: a Run whose
+// undo failed while containerd was away left its "creating" record, task and shim;
+// they are undone now, then shims without a task are stopped and empty cgroups
+// removed. Work in progress is left alone.
 func (m *Manager) SweepLive(ctx context.Context) {
+	if !m.swept.Load() {
+		return // recovery has not run yet; it sweeps itself
+	}
+	m.SweepUnfinishedRuns(ctx)
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
+	if err := m.sweep(ctx, true); err != nil {
+		log.G(ctx).WithError(err).Warn("sweep")
+	}
+}
+
+// SweepUnfinishedRuns undoes the sandboxes whose Run never finished, is not in
+// progress and is not in the store: an undo that failed while containerd was away,
+// or during recovery while the shim was still busy. shimd's periodic sweep
+// (sweep_interval) runs it; it stops no shim that way other than the pause task's own.
+func (m *Manager) SweepUnfinishedRuns(ctx context.Context) {
 	if !m.swept.Load() {
 		return // recovery has not run yet; it sweeps itself
 	}
@@ -113,13 +129,10 @@ func (m *Manager) SweepLive(ctx context.Context) {
 			continue
 		}
 		m.setPinPaths(sb)
-		log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation failed while containerd was away")
+		log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation never finished")
 		if err := m.destroy(ctx, sb); err != nil {
 			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
 		}
-	}
-	if err := m.sweep(ctx, true); err != nil {
-		log.G(ctx).WithError(err).Warn("sweep")
 	}
 }
 

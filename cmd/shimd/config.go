@@ -31,7 +31,8 @@ type Config struct {
 	CgroupDriver string `toml:"cgroup_driver"`
 	// DefaultRuntime names the entry of Runtimes used for an empty runtime handler.
 	DefaultRuntime string `toml:"default_runtime"`
-	// SweepInterval is how often shimd removes what failed cleanups left behind.
+	// SweepInterval is how often shimd removes what failed cleanups left behind;
+	// zero: never (the default).
 	SweepInterval Duration `toml:"sweep_interval"`
 
 	Containerd ContainerdConfig         `toml:"containerd"`
@@ -170,7 +171,6 @@ func DefaultConfig() Config {
 		LogLevel:       "info",
 		CgroupDriver:   "cgroupfs",
 		DefaultRuntime: "runc",
-		SweepInterval:  Duration(time.Minute),
 		Containerd: ContainerdConfig{
 			Address:     "/run/containerd/containerd.sock",
 			Namespace:   "shimd",
@@ -280,8 +280,8 @@ func (c *Config) Validate() error {
 	if _, ok := c.Runtimes[c.DefaultRuntime]; !ok {
 		return fmt.Errorf("config key default_runtime: %q is not defined under [runtimes]", c.DefaultRuntime)
 	}
-	if c.SweepInterval <= 0 {
-		return fmt.Errorf("config key sweep_interval: must be positive, got %s", time.Duration(c.SweepInterval))
+	if c.SweepInterval < 0 {
+		return fmt.Errorf("config key sweep_interval: must not be negative, got %s", time.Duration(c.SweepInterval))
 	}
 	if c.Registry.PullProgressTimeout <= 0 {
 		return fmt.Errorf("config key registry.pull_progress_timeout: must be positive, got %s", time.Duration(c.Registry.PullProgressTimeout))

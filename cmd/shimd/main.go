@@ -208,9 +208,11 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 			ready(d)
 		}, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
 	})
-	bg.Go(func() {
-		sweepEvery(bgCtx, recovered, 10*time.Second, time.Duration(cfg.SweepInterval), w.runtime.SweepOrphans, w.sandboxes.SweepLive)
-	})
+	if cfg.SweepInterval > 0 {
+		bg.Go(func() {
+			sweepEvery(bgCtx, recovered, 10*time.Second, time.Duration(cfg.SweepInterval), w.runtime.SweepOrphans, w.sandboxes.SweepUnfinishedRuns)
+		})
+	}
 	bg.Go(func() {
 		if err := cni.Watch(bgCtx, 200*time.Millisecond); err != nil {
 			log.G(ctx).WithError(err).Warn("not watching cni.conf_dir; restart shimd to pick up network config changes")
