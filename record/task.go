@@ -43,8 +43,15 @@ func DeleteStaleTask(ctx context.Context, ts tasks.TasksClient, id string) error
 	if err = errgrpc.ToNative(err); err == nil || errdefs.IsNotFound(err) {
 		return nil
 	}
-	if _, gerr := ts.Get(ctx, &tasks.GetRequest{ContainerID: id}); errdefs.IsNotFound(errgrpc.ToNative(gerr)) {
+	if TaskGone(ctx, ts, id) {
 		return nil
 	}
 	return fmt.Errorf("delete stale task of %s: %w", id, err)
+}
+
+// TaskGone tells whether containerd answers NotFound for the task of id; any other
+// answer, the task itself or an error, is no proof that it is gone.
+func TaskGone(ctx context.Context, ts tasks.TasksClient, id string) bool {
+	_, err := ts.Get(ctx, &tasks.GetRequest{ContainerID: id})
+	return errdefs.IsNotFound(errgrpc.ToNative(err))
 }

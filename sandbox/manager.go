@@ -82,7 +82,8 @@ type Manager struct {
 	// swept is set once recovery's Sweep has run: from then on, a reconnection to
 	// containerd sweeps again (SweepLive).
 	swept atomic.Bool
-	// sweepMu serialises SweepLive (after a reconnection, and shimd's periodic sweep).
+	// sweepMu serialises the live sweeps: SweepLive (after a reconnection) and
+	// SweepUnfinishedRuns (also shimd's periodic sweep).
 	sweepMu sync.Mutex
 	// runs are the Run recipes in progress, detached from their callers.
 	runs sync.WaitGroup

@@ -18,11 +18,10 @@ import (
 
 	taskv2 "github.com/containerd/containerd/api/runtime/task/v2"
 	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
-	"github.com/containerd/containerd/api/services/tasks/v1"
-	"github.com/containerd/errdefs"
-	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
+
+	"github.com/shimd/shimd/record"
 )
 
 // Orphaned shims. containerd runs a shim process per pod (containers of a pod share
@@ -194,9 +193,9 @@ func shimTaskIDs(s shimProc, group string, grouped bool, sandboxOf map[string]st
 	if grouped {
 		ids = append(ids, group)
 	}
-	pod := cmp.Or(sandboxOf[s.id], s.id)
-	if grouped {
-		pod = group
+	pod := group
+	if !grouped {
+		pod = cmp.Or(sandboxOf[s.id], s.id)
 	}
 	for id, sb := range sandboxOf {
 		if sb == pod && id != s.id && id != pod {
@@ -213,8 +212,7 @@ func shimTaskIDs(s shimProc, group string, grouped bool, sandboxOf map[string]st
 func (m *Manager) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
 	ts := m.opts.Client.TaskService()
 	for _, id := range ids {
-		_, err := ts.Get(ctx, &tasks.GetRequest{ContainerID: id})
-		if err == nil || !errdefs.IsNotFound(errgrpc.ToNative(err)) {
+		if !record.TaskGone(ctx, ts, id) {
 			return id, true
 		}
 	}
