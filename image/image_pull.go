@@ -65,6 +65,9 @@ func (s *Service) pullShared(ctx context.Context, ref Ref, snap string, auth *ru
 
 func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *runtimeapi.AuthConfig) (id string, err error) {
 	start := time.Now()
+	// Seen at once by the next List (the kubelet asks for the image's status next),
+	// whatever the outcome: a failed pull may have written records too.
+	defer s.ImagesChanged()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p := &progress{}

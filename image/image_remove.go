@@ -27,6 +27,7 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRe
 		return nil, err
 	}
 	toDelete := img.Records
+	defer s.ImagesChanged() // seen at once by the next List
 	is := s.opts.Client.ImageService()
 	for i, name := range toDelete {
 		var opts []images.DeleteOpt

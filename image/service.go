@@ -56,6 +56,8 @@ type Service struct {
 	roots sync.Map // snapshotter name -> root directory
 
 	layerLocks keyedMutex // by snapshotter/chain id, while a layer is unpacked
+
+	list listCache
 }
 
 // New makes the image service.

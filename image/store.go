@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
@@ -82,9 +84,67 @@ func readBlob(ctx context.Context, s *Service, desc ocispec.Descriptor) ([]byte,
 	return buf, nil
 }
 
+// listCache keeps List's last answer while containerd's image records have not
+// changed: the kubelet asks for an image's status before every container it creates,
+// and CreateContainer resolves the image again, each a full listing otherwise.
+// Changes are seen through containerd's image events (ImagesChanged, while the event
+// stream is up: EventsLive) and through shimd's own pulls and removals, at once; a
+// change missed anyway (made while the stream was being set up again) is seen after
+// listCacheTTL at the latest.
+type listCache struct {
+	mu     sync.Mutex
+	gen    uint64 // counts the changes seen
+	live   bool   // the event stream is up
+	images []*Image
+	at     uint64 // gen when images was listed; valid only if it is still gen
+	ok     bool
+	until  time.Time
+}
+
+const listCacheTTL = 30 * time.Second
+
+// ImagesChanged tells the service that containerd's image records changed.
+func (s *Service) ImagesChanged() {
+	s.list.mu.Lock()
+	s.list.gen++
+	s.list.mu.Unlock()
+}
+
+// EventsLive tells the service whether containerd's image events reach it; while
+// they do not, every List asks containerd.
+func (s *Service) EventsLive(live bool) {
+	s.list.mu.Lock()
+	s.list.live = live
+	s.list.gen++
+	s.list.mu.Unlock()
+}
+
 // List returns every image, grouped by id, sorted by id. Records whose content is
-// missing (an interrupted pull, content removed underneath) are left out.
+// missing (an interrupted pull, content removed underneath) are left out. The
+// answer is shared: callers must not change it.
 func (s *Service) List(ctx context.Context) ([]*Image, error) {
+	c := &s.list
+	c.mu.Lock()
+	if c.live && c.ok && c.at == c.gen && time.Now().Before(c.until) {
+		images := c.images
+		c.mu.Unlock()
+		return images, nil
+	}
+	gen := c.gen
+	c.mu.Unlock()
+	out, err := s.listRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.live && c.gen == gen {
+		c.images, c.at, c.ok, c.until = out, gen, true, time.Now().Add(listCacheTTL)
+	}
+	c.mu.Unlock()
+	return out, nil
+}
+
+func (s *Service) listRecords(ctx context.Context) ([]*Image, error) {
 	records, err := s.opts.Client.ImageService().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -53,6 +54,27 @@ type Container struct {
 	exitedOnce sync.Once
 	// oom is set when an OOM event was seen for the container's cgroup.
 	oom bool
+	// rootfs are the mounts of the writable layer, kept from its creation for the
+	// task create (rootfsKept); not after a restart of shimd (the snapshotter is
+	// asked then).
+	rootfs     []mount.Mount
+	rootfsKept bool
+}
+
+func (c *Container) setRootfs(m []mount.Mount) {
+	c.mu.Lock()
+	c.rootfs, c.rootfsKept = m, true
+	c.mu.Unlock()
+}
+
+// takeRootfs returns the kept mounts of the writable layer, if any, and forgets
+// them: a task is created once.
+func (c *Container) takeRootfs() ([]mount.Mount, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.rootfs, c.rootfsKept
+	c.rootfs, c.rootfsKept = nil, false
+	return m, ok
 }
 
 // containerStatus is the mutable part, persisted atomically beside the record so it

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/record"
 	"github.com/shimd/shimd/runtime/spec"
 	"github.com/shimd/shimd/sandbox"
 )
@@ -106,11 +107,16 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	defer done(context.WithoutCancel(ctx))
 	sn := s.ctrd.SnapshotService(rt.Snapshotter)
 	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
-	if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
-		return err
-	}
-	st.done("lease+unpacked")
+	st.done("lease")
+	// The image's layers are nearly always unpacked for the snapshotter: prepare
+	// first, and unpack only when the parent is missing.
 	mounts, err := sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
+	if errdefs.IsNotFound(err) {
+		if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
+			return err
+		}
+		mounts, err = sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
+	}
 	if err != nil {
 		return fmt.Errorf("prepare writable layer: %w", err)
 	}
@@ -144,8 +150,7 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	}
 	st.done("volumes+spec")
 	opts := []client.NewContainerOpts{
-		client.WithSnapshotter(rt.Snapshotter),
-		client.WithSnapshot(c.ID),
+		record.WithSnapshotKey(rt.Snapshotter, c.ID),
 		client.WithImageName(img.Records[0]),
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(ociSpec),
@@ -159,6 +164,7 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 		return fmt.Errorf("create containerd container: %w", err)
 	}
 	st.done("container")
+	c.setRootfs(mounts)
 	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
 		cctx, cancel := s.detachedContext(ctx)
 		defer cancel()

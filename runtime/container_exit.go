@@ -5,8 +5,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -59,10 +61,8 @@ func (s *Service) finish(ctx context.Context, c *Container, status uint32, at ti
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, task, err := record.LoadTask(dctx, s.ctrd, c.ID); err == nil {
-		if _, err := task.Delete(dctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			log.G(ctx).WithError(err).Warn("delete exited task")
-		}
+	if err := record.DeleteExitedTask(dctx, s.ctrd.TaskService(), c.ID); err != nil {
+		log.G(ctx).WithError(err).Warn("delete exited task")
 	}
 	reason := "Completed"
 	switch {
@@ -132,9 +132,6 @@ func (s *Service) taskState(ctx context.Context, id string) (code uint32, at tim
 
 // signal sends sig to the container's task.
 func (s *Service) signal(ctx context.Context, c *Container, sig syscall.Signal) error {
-	_, task, err := record.LoadTask(ctx, s.ctrd, c.ID)
-	if err != nil {
-		return err
-	}
-	return task.Kill(ctx, sig)
+	_, err := s.ctrd.TaskService().Kill(ctx, &tasks.KillRequest{ContainerID: c.ID, Signal: uint32(sig)})
+	return errgrpc.ToNative(err)
 }

@@ -52,20 +52,34 @@ func (s *Service) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 // deleteContainerd deletes the containerd container and its writable layer; a
 // missing one is fine.
 func (s *Service) deleteContainerd(ctx context.Context, c *Container) error {
-	cc, task, err := record.LoadTask(ctx, s.ctrd, c.ID)
-	switch {
-	case cc == nil && errdefs.IsNotFound(err):
-		return nil
-	case err != nil && !errdefs.IsNotFound(err):
-		return err
-	case task != nil:
-		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("delete task of container %s: %w", c.ID, err)
-		}
+	if err := record.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID); err != nil {
+		return fmt.Errorf("delete task of container %s: %w", c.ID, err)
 	}
 	// runc removes the cgroup with the task, unless a crash cut it short.
-	if err := sandbox.RemoveCgroup(s.cgroupDir(ctx, c, cc)); err != nil {
+	if err := sandbox.RemoveCgroup(s.cgroupDir(ctx, c)); err != nil {
 		log.G(ctx).WithError(err).WithField("container", c.ID).Warn("remove cgroup")
+	}
+	if c.Snapshotter != "" {
+		// The writable layer's key is the container's id; the record goes after it,
+		// as the client's WithSnapshotCleanup does, without reading it again.
+		err := s.ctrd.SnapshotService(c.Snapshotter).Remove(ctx, c.ID)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete writable layer of container %s: %w", c.ID, err)
+		}
+		if err == nil {
+			if err := s.ctrd.ContainerService().Delete(ctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
+				return fmt.Errorf("delete container %s: %w", c.ID, err)
+			}
+			return nil
+		}
+	}
+	// No layer where the record says: the client's way, from containerd's record.
+	cc, err := s.ctrd.LoadContainer(ctx, c.ID)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	if err := cc.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container %s: %w", c.ID, err)
@@ -73,14 +87,26 @@ func (s *Service) deleteContainerd(ctx context.Context, c *Container) error {
 	return nil
 }
 
+// deleteTask kills and deletes the container's task; a missing one is fine.
+func (s *Service) deleteTask(ctx context.Context, id string) error {
+	return record.KillDeleteTask(ctx, s.ctrd.TaskService(), id)
+}
+
 // cgroupDir is the container's cgroup (see sandbox.CgroupDir), from its pod's config
 // or, when the pod is gone, from the spec containerd holds.
-func (s *Service) cgroupDir(ctx context.Context, c *Container, cc client.Container) string {
+func (s *Service) cgroupDir(ctx context.Context, c *Container) string {
 	if sb, err := s.opts.Sandboxes.Get(c.SandboxID); err == nil {
 		return sandbox.CgroupDir(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver, s.opts.Namespace)
 	}
+	if s.opts.CgroupDriver == "systemd" {
+		return ""
+	}
+	cc, err := s.ctrd.LoadContainer(ctx, c.ID)
+	if err != nil {
+		return ""
+	}
 	sp, err := cc.Spec(ctx)
-	if err != nil || sp.Linux == nil || s.opts.CgroupDriver == "systemd" {
+	if err != nil || sp.Linux == nil {
 		return ""
 	}
 	return sp.Linux.CgroupsPath

@@ -6,12 +6,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/record"
 	"github.com/shimd/shimd/sandbox"
 )
 
@@ -69,23 +69,30 @@ func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 }
 
 func (s *Service) startTask(ctx context.Context, c *Container, st *steps) (retErr error) {
-	cc, err := s.ctrd.LoadContainer(ctx, c.ID)
-	if err != nil {
-		return fmt.Errorf("load container: %w", err)
+	rootfs, kept := c.takeRootfs()
+	if !kept {
+		var err error
+		if rootfs, err = s.ctrd.SnapshotService(c.Snapshotter).Mounts(ctx, c.ID); err != nil {
+			return fmt.Errorf("mounts of the writable layer: %w", err)
+		}
 	}
 	var logf *logFile
 	if c.LogPath != "" {
+		var err error
 		if logf, err = openLog(c.LogPath); err != nil {
 			return err
 		}
 	}
 	if err := os.MkdirAll(s.fifoDir(c.ID), 0o700); err != nil {
+		if logf != nil {
+			logf.Close()
+		}
 		return err
 	}
 	st.done("load+log")
 	var cio *containerIO
-	task, err := cc.NewTask(ctx, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio))
-	if err != nil {
+	ts := s.ctrd.TaskService()
+	if _, _, err := record.NewTask(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio)); err != nil {
 		if cio != nil {
 			cio.close()
 		} else if logf != nil {
@@ -95,7 +102,7 @@ func (s *Service) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	}
 	defer func() {
 		if retErr != nil {
-			if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			if err := s.deleteTask(ctx, c.ID); err != nil {
 				log.G(ctx).WithError(err).Warn("undo task")
 			}
 			cio.close()
@@ -104,14 +111,15 @@ func (s *Service) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	c.setIO(cio)
 	st.done("task-create")
 	startedAt := time.Now()
-	if err := task.Start(ctx); err != nil {
+	pid, err := record.StartTask(ctx, ts, c.ID)
+	if err != nil {
 		return fmt.Errorf("start task: %w", err)
 	}
 	st.done("task-start")
 	defer st.done("status")
 	return c.Update(func(cs *containerStatus) error {
 		cs.Starting = false
-		cs.Pid = task.Pid()
+		cs.Pid = pid
 		// An exit may have been handled already (a command that ends at once).
 		if cs.State == runtimeapi.ContainerState_CONTAINER_CREATED {
 			cs.State = runtimeapi.ContainerState_CONTAINER_RUNNING

@@ -9,14 +9,19 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/image"
@@ -185,40 +190,128 @@ func (c *fakeContainer) Delete(context.Context, ...client.DeleteOpts) error {
 	return nil
 }
 
-// NewTask makes the task's IO as containerd's client does (and closes it again
-// when the task cannot be made), then the task, which holds its stdout and stderr
-// FIFOs open as a shim does until the task is deleted.
-func (c *fakeContainer) NewTask(_ context.Context, ioCreate cio.Creator, _ ...client.NewTaskOpts) (_ client.Task, err error) {
-	i, err := ioCreate(c.id)
+// fakeTasks is containerd's task service (record.NewTask and StartTask use it). Its
+// errors are gRPC statuses, as the real service's are.
+type fakeTasks struct {
+	tasks.TasksClient
+	f *fakeContainerd
+}
+
+func (f *fakeContainerd) TaskService() tasks.TasksClient { return fakeTasks{f: f} }
+
+// fakeContainers is containerd's container store: Delete, as fakeContainer.Delete.
+type fakeContainers struct {
+	containers.Store
+	f *fakeContainerd
+}
+
+func (f *fakeContainerd) ContainerService() containers.Store { return fakeContainers{f: f} }
+
+func (cs fakeContainers) Delete(ctx context.Context, id string) error {
+	cs.f.mu.Lock()
+	c, ok := cs.f.containers[id]
+	cs.f.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	return c.Delete(ctx)
+}
+
+// Kill signals the task with the injected kill; without one, a kill succeeds.
+func (ts fakeTasks) Kill(ctx context.Context, req *tasks.KillRequest, _ ...grpc.CallOption) (*emptypb.Empty, error) {
+	t, err := ts.task(req.ContainerID)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			i.Cancel()
-			i.Close()
-		}
-	}()
-	t := &fakeTask{c: c, startErr: c.f.startErr}
-	for _, p := range []string{i.Config().Stdout, i.Config().Stderr} {
+	if ts.f.kill == nil {
+		return &emptypb.Empty{}, nil
+	}
+	if err := t.Kill(ctx, syscall.Signal(req.Signal)); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// Get answers whether the task exists.
+func (ts fakeTasks) Get(_ context.Context, req *tasks.GetRequest, _ ...grpc.CallOption) (*tasks.GetResponse, error) {
+	if _, err := ts.task(req.ContainerID); err != nil {
+		return nil, err
+	}
+	return &tasks.GetResponse{}, nil
+}
+
+// Wait: the fake's processes have always exited once killed.
+func (ts fakeTasks) Wait(_ context.Context, req *tasks.WaitRequest, _ ...grpc.CallOption) (*tasks.WaitResponse, error) {
+	if _, err := ts.task(req.ContainerID); err != nil {
+		return nil, err
+	}
+	return &tasks.WaitResponse{ExitStatus: 137}, nil
+}
+
+// Delete deletes the task as fakeTask.Delete does.
+func (ts fakeTasks) Delete(ctx context.Context, req *tasks.DeleteTaskRequest, _ ...grpc.CallOption) (*tasks.DeleteResponse, error) {
+	t, err := ts.task(req.ContainerID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.Delete(ctx); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	return &tasks.DeleteResponse{ID: req.ContainerID}, nil
+}
+
+func (ts fakeTasks) task(id string) (*fakeTask, error) {
+	ts.f.mu.Lock()
+	defer ts.f.mu.Unlock()
+	c, ok := ts.f.containers[id]
+	if !ok || c.task == nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("task %s: %w", id, errdefs.ErrNotFound))
+	}
+	return c.task, nil
+}
+
+// Create makes the task, which holds its stdout and stderr FIFOs open as a shim does
+// until the task is deleted.
+func (ts fakeTasks) Create(_ context.Context, req *tasks.CreateTaskRequest, _ ...grpc.CallOption) (*tasks.CreateTaskResponse, error) {
+	ts.f.mu.Lock()
+	c, ok := ts.f.containers[req.ContainerID]
+	ts.f.mu.Unlock()
+	if !ok {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("container %s: %w", req.ContainerID, errdefs.ErrNotFound))
+	}
+	t := &fakeTask{c: c, startErr: ts.f.startErr}
+	for _, p := range []string{req.Stdout, req.Stderr} {
 		if p == "" {
 			continue
 		}
 		w, err := os.OpenFile(p, os.O_RDWR, 0) // O_RDWR: a FIFO's writer that never blocks
 		if err != nil {
 			t.closeFIFOs()
-			return nil, err
+			return nil, errgrpc.ToGRPC(err)
 		}
 		t.fifos = append(t.fifos, w)
 	}
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	if c.f.newTaskErr != nil {
+	ts.f.mu.Lock()
+	defer ts.f.mu.Unlock()
+	if ts.f.newTaskErr != nil {
 		t.closeFIFOs()
-		return nil, c.f.newTaskErr
+		return nil, errgrpc.ToGRPC(ts.f.newTaskErr)
 	}
 	c.task = t
-	return c.task, nil
+	return &tasks.CreateTaskResponse{ContainerID: c.id, Pid: t.Pid()}, nil
+}
+
+func (ts fakeTasks) Start(_ context.Context, req *tasks.StartRequest, _ ...grpc.CallOption) (*tasks.StartResponse, error) {
+	ts.f.mu.Lock()
+	c, ok := ts.f.containers[req.ContainerID]
+	ts.f.mu.Unlock()
+	if !ok || c.task == nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("task %s: %w", req.ContainerID, errdefs.ErrNotFound))
+	}
+	if err := c.task.Start(context.Background()); err != nil {
+		return nil, errgrpc.ToGRPC(err)
+	}
+	return &tasks.StartResponse{Pid: c.task.Pid()}, nil
 }
 
 type fakeTask struct {

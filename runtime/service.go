@@ -6,7 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -41,6 +43,8 @@ type containerdAPI interface {
 	GetImage(ctx context.Context, ref string) (client.Image, error)
 	NewContainer(ctx context.Context, id string, opts ...client.NewContainerOpts) (client.Container, error)
 	LoadContainer(ctx context.Context, id string) (client.Container, error)
+	TaskService() tasks.TasksClient
+	ContainerService() containers.Store
 }
 
 // Network is what the runtime service asks of pod networking directly.

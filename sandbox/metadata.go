@@ -97,11 +97,14 @@ func withRecord(sb *Sandbox, phase string) client.NewContainerOpts {
 	}
 }
 
-// updateRecord rewrites the record and phase label of an existing container.
-func updateRecord(sb *Sandbox, phase string) client.UpdateContainerOpts {
-	return func(_ context.Context, _ *client.Client, c *containers.Container) error {
-		return setRecord(c, sb, phase)
+// updateRecord rewrites the record and phase label of the pod's existing container,
+// in one call to containerd.
+func (m *Manager) updateRecord(ctx context.Context, sb *Sandbox, phase string) error {
+	rec, err := encodeRecord(sb)
+	if err != nil {
+		return err
 	}
+	return record.Update(ctx, m.opts.Client.ContainerService(), sb.ID, extensionName, extensionTypeURL, rec, recordLabels(sb, phase))
 }
 
 func setRecord(c *containers.Container, sb *Sandbox, phase string) error {
@@ -109,6 +112,9 @@ func setRecord(c *containers.Container, sb *Sandbox, phase string) error {
 	if err != nil {
 		return err
 	}
-	return record.Put(c, extensionName, extensionTypeURL, rec,
-		map[string]string{LabelKind: KindSandbox, LabelName: sb.Name, LabelPhase: phase})
+	return record.Put(c, extensionName, extensionTypeURL, rec, recordLabels(sb, phase))
+}
+
+func recordLabels(sb *Sandbox, phase string) map[string]string {
+	return map[string]string{LabelKind: KindSandbox, LabelName: sb.Name, LabelPhase: phase}
 }

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
+	"github.com/shimd/shimd/record"
 )
 
 // Pause-less pods (sandbox.pause = "when-needed", CRI-O's drop_infra_ctr).
@@ -89,28 +89,23 @@ func pinsAlive(sb *Sandbox) bool {
 
 // createRecord writes a pause-less pod's containerd container, phase "creating": no
 // snapshot, no image; the spec is the pause spec it would have had (never run).
-func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt Runtime) (client.Container, error) {
+func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt Runtime) error {
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: []string{"/pause"},
 		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox spec: %w", err)
+		return fmt.Errorf("sandbox spec: %w", err)
 	}
-	ctx, done, err := image.WithLease(ctx, m.opts.Client, "sandbox")
-	if err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
-	}
-	defer done(context.WithoutCancel(ctx)) //nolint:errcheck // recovery deletes it otherwise
-	container, err := m.opts.Client.NewContainer(ctx, sb.ID,
+	// No lease: the record holds no snapshot or content for the collector to take.
+	if err := record.CreateContainer(ctx, m.opts.Client, sb.ID,
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(spec),
 		withRecord(sb, PhaseCreating),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox record: %w", err)
+	); err != nil {
+		return fmt.Errorf("create sandbox record: %w", err)
 	}
-	return container, nil
+	return nil
 }
 
 // pinRequest is what pinNamespaces makes: each non-empty path gets a new namespace

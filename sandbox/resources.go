@@ -22,13 +22,9 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, overhead, reso
 	sb.mu.Lock()
 	sb.overhead, sb.resources = overhead, resources
 	sb.mu.Unlock()
-	c, err := m.opts.Client.LoadContainer(ctx, sb.ID)
-	if err != nil {
-		return fmt.Errorf("load sandbox %s: %w", sb.ID, err)
-	}
-	if err := c.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
-		// The client's Update loses the class of a NotFound (it converts the error
-		// from gRPC twice): a sandbox removed meanwhile is asked about directly.
+	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
+		// A sandbox removed meanwhile is asked about directly, to answer NotFound
+		// whatever class the update's error has.
 		if _, gerr := m.opts.Client.ContainerService().Get(ctx, sb.ID); errdefs.IsNotFound(gerr) {
 			return fmt.Errorf("sandbox %s was removed: %v: %w", sb.ID, err, errdefs.ErrNotFound)
 		}

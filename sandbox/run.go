@@ -10,14 +10,17 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/opencontainers/image-spec/identity"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
+	"github.com/shimd/shimd/record"
 )
 
 // Run creates and starts a pod sandbox and returns its id.
@@ -83,18 +86,16 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	}
 
 	t0 := time.Now()
-	container, err := m.createPauseContainer(ctx, sb, rt)
+	rootfs, err := m.createPauseContainer(ctx, sb, rt)
 	if errdefs.IsNotFound(err) {
 		// The cached pause image was removed behind shimd's back: ensure it again.
 		m.opts.PauseImage.Forget()
-		container, err = m.createPauseContainer(ctx, sb, rt)
+		rootfs, err = m.createPauseContainer(ctx, sb, rt)
 	}
 	if err != nil {
 		return nil, err
 	}
-	undo.push(func(ctx context.Context) error {
-		return container.Delete(ctx, client.WithSnapshotCleanup)
-	})
+	undo.push(func(ctx context.Context) error { return m.deleteContainer(ctx, sb.ID) })
 	undoStore, err := m.recordInStore(ctx, sb, rt)
 	if err != nil {
 		return nil, err
@@ -123,19 +124,16 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		tNet = time.Since(t2) // written before the send, read after the receive
 		netc <- err
 	}()
-	task, tCreate, taskErr := m.startTask(ctx, container)
+	pid, tCreate, taskErr := m.startTask(ctx, sb, rt, rootfs)
 	tTask := time.Since(t2)
 	netErr := <-netc
 	if sb.NetNSPath != "" {
 		// Even a failed ADD may hold an address: DEL releases whatever it got.
 		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, m.attachment(sb)) })
 	}
-	if task != nil {
-		undo.push(func(ctx context.Context) error {
-			_, err := task.Delete(ctx, client.WithProcessKill)
-			return ignoreNotFound(err)
-		})
-	}
+	// A failed create or start may still leave a task (a create cut short by the
+	// deadline): delete whatever containerd has.
+	undo.push(func(ctx context.Context) error { return m.deleteTask(ctx, sb.ID) })
 	if taskErr != nil {
 		// A runc create that failed half way may leave the cgroup it made.
 		undo.push(func(ctx context.Context) error { m.removeCgroup(ctx, sb); return nil })
@@ -143,9 +141,9 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	if err := errors.Join(taskErr, netErr); err != nil {
 		return nil, err
 	}
-	sb.PID = task.Pid()
+	sb.PID = pid
 
-	if err := container.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
+	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
 	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s task-create=%s task-start=%s record=%s",
@@ -162,11 +160,10 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 //  5. the running marker; record phase "created" with the pod's IPs: READY
 func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt Runtime, undo *undoStack) error {
 	t0 := time.Now()
-	container, err := m.createRecord(ctx, sb, rt)
-	if err != nil {
+	if err := m.createRecord(ctx, sb, rt); err != nil {
 		return err
 	}
-	undo.push(func(ctx context.Context) error { return container.Delete(ctx) })
+	undo.push(func(ctx context.Context) error { return m.deleteContainer(ctx, sb.ID) })
 	undoFiles, err := m.writeFiles(sb)
 	if err != nil {
 		return err
@@ -188,7 +185,7 @@ func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt Runtime, und
 	if err := m.markRunning(sb.ID); err != nil {
 		return fmt.Errorf("mark sandbox running: %w", err)
 	}
-	if err := container.Update(ctx, updateRecord(sb, PhaseCreated)); err != nil {
+	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
 		return fmt.Errorf("record sandbox: %w", err)
 	}
 	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("pauseless record+files+namespaces=%s cni=%s record=%s",
@@ -239,57 +236,87 @@ func SnapshotOpts(sb *Sandbox) []snapshots.Opt {
 }
 
 // createPauseContainer writes the sandbox's containerd container, phase "creating".
-func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runtime) (client.Container, error) {
+// It returns the mounts of the pod's snapshot when it prepared the snapshot itself.
+func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runtime) ([]mount.Mount, error) {
 	img, err := m.opts.PauseImage.Ensure(ctx, rt.Snapshotter)
 	if err != nil {
 		return nil, fmt.Errorf("pause image: %w", err)
 	}
-	args, env, err := m.imageProcess(ctx, img)
+	info, err := m.imageProcess(ctx, img)
 	if err != nil {
 		return nil, err
 	}
 	spec, err := PauseSpec(PauseSpecInput{
-		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: args, ImageEnv: env,
+		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: info.args, ImageEnv: info.env,
 		NetNSPath: sb.NetNSPath, UsernsPath: m.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
 		ImageName: img.Name(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pause spec: %w", err)
 	}
-	// shimd's labelled lease, not the client's default one: a lease left by a crash
-	// here is deleted by recovery instead of holding the snapshot for a day.
-	ctx, done, err := image.WithLease(ctx, m.opts.Client, "sandbox")
-	if err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
-	}
-	defer done(context.WithoutCancel(ctx)) //nolint:errcheck // recovery deletes it otherwise
-	container, err := m.opts.Client.NewContainer(ctx, sb.ID,
+	opts := []client.NewContainerOpts{
 		client.WithSnapshotter(rt.Snapshotter),
-		client.WithNewSnapshot(sb.ID, img, SnapshotOpts(sb)...),
 		client.WithImageName(img.Name()),
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(spec),
 		withRecord(sb, PhaseCreating),
-	)
-	if err != nil {
+	}
+	if snOpts := SnapshotOpts(sb); len(snOpts) > 0 {
+		// A pod with its own user namespace: the client resolves how its snapshot is
+		// remapped (the snapshotter's capabilities) and prepares it before the record
+		// exists, so a lease keeps it until then. shimd's labelled lease, not the
+		// client's default one: a lease left by a crash here is deleted by recovery
+		// instead of holding the snapshot for a day. The task reads the mounts.
+		ctx, done, err := image.WithLease(ctx, m.opts.Client, "sandbox")
+		if err != nil {
+			return nil, fmt.Errorf("lease: %w", err)
+		}
+		defer done(context.WithoutCancel(ctx)) //nolint:errcheck // recovery deletes it otherwise
+		if _, err := m.opts.Client.NewContainer(ctx, sb.ID, append(opts, client.WithNewSnapshot(sb.ID, img, snOpts...))...); err != nil {
+			return nil, fmt.Errorf("create pause container: %w", err)
+		}
+		return nil, nil
+	}
+	// The record first, naming the snapshot it is about to get: from then on
+	// containerd's garbage collector keeps the snapshot, so no lease is needed. The
+	// snapshot's parent is the cached chain id, and its mounts are kept for the
+	// task: no read of the image's content and no mounts call per pod.
+	if err := record.CreateContainer(ctx, m.opts.Client, sb.ID, append(opts, record.WithSnapshotKey(rt.Snapshotter, sb.ID))...); err != nil {
 		return nil, fmt.Errorf("create pause container: %w", err)
 	}
-	return container, nil
+	rootfs, err := m.opts.Client.SnapshotService(rt.Snapshotter).Prepare(ctx, sb.ID, info.chainID)
+	if err != nil {
+		cctx, cancel := m.cleanupContext(ctx)
+		defer cancel()
+		if derr := m.opts.Client.ContainerService().Delete(cctx, sb.ID); derr != nil && !errdefs.IsNotFound(derr) {
+			log.G(ctx).WithError(derr).Warn("undo pause container record")
+		}
+		// NotFound (the image's layers are gone) makes the caller ensure the image again.
+		return nil, fmt.Errorf("prepare pause snapshot: %w", err)
+	}
+	return rootfs, nil
 }
 
-// startTask creates and starts the pause task; it returns how long the create took
-// (the shim's start included), for the log.
-func (m *Manager) startTask(ctx context.Context, container client.Container) (client.Task, time.Duration, error) {
+// startTask creates and starts the pause task; it returns its pid and how long the
+// create took (the shim's start included), for the log. rootfs nil: the task's
+// mounts are read from the snapshotter.
+func (m *Manager) startTask(ctx context.Context, sb *Sandbox, rt Runtime, rootfs []mount.Mount) (uint32, time.Duration, error) {
 	t0 := time.Now()
-	task, err := container.NewTask(ctx, cio.NullIO)
-	if err != nil {
-		return nil, 0, fmt.Errorf("create pause task: %w", err)
+	if rootfs == nil {
+		var err error
+		if rootfs, err = m.opts.Client.SnapshotService(rt.Snapshotter).Mounts(ctx, sb.ID); err != nil {
+			return 0, 0, fmt.Errorf("pause snapshot mounts: %w", err)
+		}
+	}
+	if _, _, err := record.NewTask(ctx, m.opts.Client.TaskService(), sb.ID, rootfs, cio.NullIO); err != nil {
+		return 0, 0, fmt.Errorf("create pause task: %w", err)
 	}
 	tCreate := time.Since(t0)
-	if err := task.Start(ctx); err != nil {
-		return task, tCreate, fmt.Errorf("start pause task: %w", err)
+	pid, err := record.StartTask(ctx, m.opts.Client.TaskService(), sb.ID)
+	if err != nil {
+		return 0, tCreate, fmt.Errorf("start pause task: %w", err)
 	}
-	return task, tCreate, nil
+	return pid, tCreate, nil
 }
 
 func (m *Manager) setupNetwork(ctx context.Context, sb *Sandbox) error {
@@ -334,19 +361,29 @@ func (m *Manager) attachment(sb *Sandbox) network.Attachment {
 }
 
 // imageProcess returns the pause image's entrypoint+cmd and env, cached by config.
-func (m *Manager) imageProcess(ctx context.Context, image client.Image) ([]string, []string, error) {
+func (m *Manager) imageProcess(ctx context.Context, image client.Image) (pauseImageInfo, error) {
 	key := image.Target().Digest.String()
 	if v, ok := m.imageArgs.Load(key); ok {
-		p := v.([2][]string)
-		return p[0], p[1], nil
+		return v.(pauseImageInfo), nil
 	}
 	spec, err := image.Spec(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read pause image config: %w", err)
+		return pauseImageInfo{}, fmt.Errorf("read pause image config: %w", err)
 	}
-	args := append(append([]string{}, spec.Config.Entrypoint...), spec.Config.Cmd...)
-	m.imageArgs.Store(key, [2][]string{args, spec.Config.Env})
-	return args, spec.Config.Env, nil
+	info := pauseImageInfo{
+		args:    append(append([]string{}, spec.Config.Entrypoint...), spec.Config.Cmd...),
+		env:     spec.Config.Env,
+		chainID: identity.ChainID(spec.RootFS.DiffIDs).String(),
+	}
+	m.imageArgs.Store(key, info)
+	return info, nil
+}
+
+// pauseImageInfo is what a pod's pause container takes from the pause image's config.
+type pauseImageInfo struct {
+	args, env []string
+	// chainID names the image's unpacked layers: the parent of each pod's snapshot.
+	chainID string
 }
 
 // NewID makes a random 64-hex-digit id for a sandbox or container.

@@ -54,7 +54,14 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 		netc <- m.removeNamespaces(sb)
 	}()
 	var taskErr error
-	if !sb.Pauseless {
+	switch {
+	case sb.Pauseless:
+	case stopped:
+		// Stopped before: the task was deleted then, which this call checks.
+		if taskErr = record.DeleteExitedTask(ctx, m.opts.Client.TaskService(), sb.ID); taskErr == nil {
+			m.removeCgroup(ctx, sb)
+		}
+	default:
 		if taskErr = m.deleteTask(ctx, sb.ID); taskErr == nil {
 			m.removeCgroup(ctx, sb)
 		}
@@ -83,22 +90,8 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 
 // deleteTask kills and deletes the pause task; a missing task or container is fine.
 func (m *Manager) deleteTask(ctx context.Context, id string) error {
-	container, task, err := record.LoadTask(ctx, m.opts.Client, id)
-	if container != nil && errdefs.IsNotFound(err) {
-		return record.DeleteStaleTask(ctx, m.opts.Client.TaskService(), id)
-	}
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if err := record.KillDeleteTask(ctx, m.opts.Client.TaskService(), id); err != nil {
 		return fmt.Errorf("pause task: %w", err)
-	}
-	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-		// A concurrent delete (or the shim's exit after it) can fail this one with
-		// "ttrpc: closed": what counts is whether the task is gone.
-		if _, terr := container.Task(ctx, nil); !errdefs.IsNotFound(terr) {
-			return fmt.Errorf("delete pause task %s: %w", id, err)
-		}
 	}
 	return nil
 }
@@ -122,8 +115,10 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := m.deleteContainer(ctx, sb.ID); err != nil {
 		return err
 	}
-	if err := m.removeFromStore(ctx, sb.ID); err != nil {
-		return err
+	if !sb.Pauseless { // a pod without a pause task is not in containerd's sandbox store
+		if err := m.removeFromStore(ctx, sb.ID); err != nil {
+			return err
+		}
 	}
 	if err := m.removeFiles(sb.ID); err != nil {
 		return err
@@ -134,6 +129,26 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 }
 
 func (m *Manager) deleteContainer(ctx context.Context, id string) error {
+	// The task is gone (Stop deleted it): the snapshot (key: the pod's id) and the
+	// record go without the client's checks, which read the record and the task
+	// again. A snapshot not found under the handler's snapshotter (the config
+	// changed since) is looked up the client's way, from the record.
+	if sb, err := m.store.get(id); err == nil {
+		removed := sb.Pauseless // no snapshot
+		if rt, err := m.Runtime(sb.RuntimeHandler); err == nil && !removed {
+			err := m.opts.Client.SnapshotService(rt.Snapshotter).Remove(ctx, id)
+			if err != nil && !errdefs.IsNotFound(err) {
+				return fmt.Errorf("delete snapshot of pause container %s: %w", id, err)
+			}
+			removed = err == nil
+		}
+		if removed {
+			if err := m.opts.Client.ContainerService().Delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+				return fmt.Errorf("delete pause container %s: %w", id, err)
+			}
+			return nil
+		}
+	}
 	container, err := m.opts.Client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
 		return nil

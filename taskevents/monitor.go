@@ -1,5 +1,6 @@
 // Package taskevents follows containerd's task events (exits and OOM kills) in one
-// namespace and hands them to the packages that keep state about tasks. It knows
+// namespace and hands them to the packages that keep state about tasks; it also
+// tells of changes of image records, for the image service's cache. It knows
 // nothing of sandboxes or containers: like containerd's CRI plugin, shimd keeps its
 // event monitor apart from the stores the events update.
 package taskevents
@@ -35,6 +36,11 @@ type Options struct {
 	// Resync runs after every (re)subscription, before the first event is handled:
 	// exits that happened while the stream was down were never published.
 	Resync []func(ctx context.Context)
+	// Images is told of every change of an image record in the namespace.
+	Images []func()
+	// Live is told true after every (re)subscription, before Resync, and false when
+	// the stream broke: what changed meanwhile was never published.
+	Live []func(bool)
 }
 
 // Monitor follows task exit and OOM events. Its owner runs Run on one goroutine and
@@ -69,7 +75,10 @@ func (m *Monitor) Run(ctx context.Context) {
 func (m *Monitor) follow(ctx context.Context) (gotEvents bool) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	envs, errs := m.opts.Events.Subscribe(sctx, `topic=="/tasks/exit"`, `topic=="/tasks/oom"`)
+	envs, errs := m.opts.Events.Subscribe(sctx, `topic=="/tasks/exit"`, `topic=="/tasks/oom"`, `topic~="^/images/"`)
+	for _, h := range m.opts.Live {
+		h(true)
+	}
 	for _, h := range m.opts.Resync {
 		h(ctx)
 	}
@@ -81,6 +90,9 @@ func (m *Monitor) follow(ctx context.Context) (gotEvents bool) {
 				m.dispatch(env)
 			}
 		case err := <-errs:
+			for _, h := range m.opts.Live {
+				h(false)
+			}
 			if ctx.Err() == nil {
 				log.G(ctx).WithError(err).Warn("containerd event stream broke; subscribing again")
 			}
@@ -102,6 +114,10 @@ func (m *Monitor) dispatch(env *events.Envelope) {
 	case *eventstypes.TaskOOM:
 		for _, h := range m.opts.OOM {
 			h(e.ContainerID)
+		}
+	case *eventstypes.ImageCreate, *eventstypes.ImageUpdate, *eventstypes.ImageDelete:
+		for _, h := range m.opts.Images {
+			h()
 		}
 	}
 }

@@ -43,9 +43,11 @@ func envelope(t *testing.T, ns string, ev any) *events.Envelope {
 }
 
 // The monitor hands each exit to every exit handler in order, OOM kills to the OOM
-// handlers, ignores other namespaces, runs the resync handlers in order after every
-// subscription (before any event), subscribes again when the stream breaks, and
-// returns when its context ends.
+// handlers, changes of image records to the image handlers, ignores other
+// namespaces, tells the live handlers of every subscription (before the resync) and
+// of every break, runs the resync handlers in order after every subscription (before
+// any event), subscribes again when the stream breaks, and returns when its context
+// ends.
 func TestMonitor(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
@@ -71,6 +73,8 @@ func TestMonitor(t *testing.T) {
 		},
 		OOM:    []OOMHandler{func(c string) { note("oom " + c) }},
 		Resync: []func(context.Context){func(context.Context) { note("resync sandboxes") }, func(context.Context) { note("resync containers") }},
+		Images: []func(){func() { note("images changed") }},
+		Live:   []func(bool){func(live bool) { note(fmt.Sprintf("live %v", live)) }},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -81,17 +85,23 @@ func TestMonitor(t *testing.T) {
 	s.envs <- envelope(t, "shimd", &eventstypes.TaskExit{ContainerID: "c1", ID: "c1", ExitStatus: 137, ExitedAt: timestamppb.New(at)})
 	s.envs <- envelope(t, "shimd", &eventstypes.TaskOOM{ContainerID: "c2"})
 	s.envs <- envelope(t, "shimd", &eventstypes.TaskExit{ContainerID: "c1", ID: "exec1", ExitStatus: 2, ExitedAt: timestamppb.New(at)})
+	s.envs <- envelope(t, "other", &eventstypes.ImageDelete{Name: "x"})
+	s.envs <- envelope(t, "shimd", &eventstypes.ImageCreate{Name: "a"})
+	s.envs <- envelope(t, "shimd", &eventstypes.ImageUpdate{Name: "a"})
+	s.envs <- envelope(t, "shimd", &eventstypes.ImageDelete{Name: "a"})
 	s.errs <- errors.New("containerd went away")
 
 	s = <-f.subs // subscribed again
 	s.envs <- envelope(t, "shimd", &eventstypes.TaskExit{ContainerID: "c3", ID: "c3", ExitStatus: 0, ExitedAt: timestamppb.New(at)})
-	require.Eventually(t, func() bool { return len(seen()) == 11 }, 5*time.Second, 10*time.Millisecond, "%q", seen())
+	require.Eventually(t, func() bool { return len(seen()) == 17 }, 5*time.Second, 10*time.Millisecond, "%q", seen())
 	require.Equal(t, []string{
-		"resync sandboxes", "resync containers",
+		"live true", "resync sandboxes", "resync containers",
 		"sandboxes exit c1/c1 137 true", "runtime exit c1/c1 137",
 		"oom c2",
 		"sandboxes exit c1/exec1 2 true", "runtime exit c1/exec1 2",
-		"resync sandboxes", "resync containers",
+		"images changed", "images changed", "images changed",
+		"live false",
+		"live true", "resync sandboxes", "resync containers",
 		"sandboxes exit c3/c3 0 true", "runtime exit c3/c3 0",
 	}, seen())
 

@@ -25,9 +25,9 @@ var reconnectBackoff = grpc.ConnectParams{
 
 // newContainerdClient connects to containerd with shimd's namespace as the default
 // and the reconnect backoff above (a later connect-params option replaces the
-// client's own).
+// client's own); every call is counted for /debug/stats.
 func newContainerdClient(cfg ContainerdConfig) (*client.Client, error) {
 	return client.New(cfg.Address,
 		client.WithDefaultNamespace(cfg.Namespace),
-		client.WithExtraDialOpts([]grpc.DialOption{grpc.WithConnectParams(reconnectBackoff)}))
+		client.WithExtraDialOpts(append([]grpc.DialOption{grpc.WithConnectParams(reconnectBackoff)}, containerdCalls.dialOptions()...)))
 }

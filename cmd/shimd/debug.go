@@ -20,6 +20,8 @@ import (
 type debugStats struct {
 	Goroutines int `json:"goroutines"`
 	OpenFDs    int `json:"open_fds"`
+	// ContainerdCalls counts shimd's calls to containerd by gRPC method since start.
+	ContainerdCalls map[string]uint64 `json:"containerd_calls"`
 }
 
 // startDebug serves /debug/pprof/ and /debug/stats on addr (an absolute unix socket
@@ -87,5 +89,5 @@ func serveDebugStats(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(debugStats{Goroutines: goruntime.NumGoroutine(), OpenFDs: len(fds) - 1})
+	_ = json.NewEncoder(w).Encode(debugStats{Goroutines: goruntime.NumGoroutine(), OpenFDs: len(fds) - 1, ContainerdCalls: containerdCalls.snapshot()})
 }

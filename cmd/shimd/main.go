@@ -299,6 +299,8 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, rs.TaskExit},
 		OOM:    []taskevents.OOMHandler{rs.TaskOOM},
 		Resync: []func(context.Context){sandboxes.Resync, rs.Resync, sandboxes.SweepLive, deleteAbandonedLeases},
+		Images: []func(){images.ImagesChanged},
+		Live:   []func(bool){images.EventsLive},
 	})
 	w := wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events, stopCDI: stopCDI}
 	if plugins != nil {

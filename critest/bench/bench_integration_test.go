@@ -45,6 +45,19 @@ func TestMain(m *testing.M) { harness.Main(m) }
 // pauseMode is shimd's sandbox.pause in the benchmarks: BENCH_PAUSE, else the
 // harness's SHIMD_PAUSE, else shimd's default. containerd's CRI plugin always runs a
 // pause container.
+// shimdExtraConfig is the config a benchmark's shimd gets beyond the harness's: the
+// registry mirrors, and with BENCH_SHIMD_DEBUG=<absolute socket path> the debug endpoint,
+// so that a CPU profile can be taken while the benchmark runs:
+//
+//	curl --unix-socket $BENCH_SHIMD_DEBUG -o cpu.pprof 'http://x/debug/pprof/profile?seconds=60'
+func shimdExtraConfig(hosts string) string {
+	c := fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)
+	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
+		c += fmt.Sprintf("[debug]\naddress = %q\n", d)
+	}
+	return c
+}
+
 func pauseMode() string {
 	for _, v := range []string{os.Getenv("BENCH_PAUSE"), harness.PauseMode()} {
 		if v != "" {
@@ -101,7 +114,7 @@ func newPairOn(b *testing.B, handler string) *pair {
 		ContainerdAddress: env.Containerd.Address(),
 		Dir:               env.Base,
 		RuncRoot:          filepath.Join(env.Base, "runc"),
-		ExtraConfig:       fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
+		ExtraConfig:       shimdExtraConfig(hosts),
 		Runsc:             runsc,
 		Pause:             pauseMode(),
 		LogLevel:          benchLogLevel,

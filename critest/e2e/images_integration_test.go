@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -192,4 +193,49 @@ func TestConcurrentPullsShareOneDownload(t *testing.T) {
 		require.Equal(t, 1, n, "blob %s fetched %d times", blob, n)
 	}
 	removeImage(t, is, ref)
+}
+
+// shimd keeps its image listing between changes of containerd's image records. Its
+// own pulls and removals are seen by the very next call; changes made by another
+// client of containerd (as `ctr images rm` or `ctr images tag` would) are seen
+// through containerd's image events within seconds, long before the listing's 30 s
+// limit.
+func TestImageChangesByOtherClientsAreSeen(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	is := env.Shimd.Images(t)
+	id := pull(t, env, "busybox")
+	require.NotNil(t, imageStatus(t, is, "busybox"), "seen right after the pull")
+	require.NotNil(t, imageStatus(t, is, id)) // the listing is kept now
+
+	ctx := namespaces.WithNamespace(ctxT(t, 30*time.Second), env.Shimd.Namespace())
+	store := env.Containerd.Client(t).ImageService()
+	rec, err := store.Get(ctx, "docker.io/library/busybox:latest")
+	require.NoError(t, err)
+
+	// Another client tags the image: the new name is listed.
+	rec.Name = "docker.io/library/busybox:other-client"
+	_, err = store.Create(ctx, rec)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		img := imageStatus(t, is, "docker.io/library/busybox:other-client")
+		return img != nil && img.Id == id
+	}, 5*time.Second, 50*time.Millisecond, "a tag made by another client is seen through the events")
+
+	// Another client removes every record of the image: it is gone for shimd too.
+	list, err := store.List(ctx)
+	require.NoError(t, err)
+	for _, r := range list {
+		if r.Target.Digest == rec.Target.Digest {
+			require.NoError(t, store.Delete(ctx, r.Name))
+		}
+	}
+	require.Eventually(t, func() bool { return imageStatus(t, is, id) == nil && imageStatus(t, is, "busybox") == nil },
+		5*time.Second, 50*time.Millisecond, "a removal by another client is seen through the events")
+
+	// shimd's own pull and removal: seen by the very next call.
+	require.Equal(t, id, pull(t, env, "busybox"))
+	require.NotNil(t, imageStatus(t, is, "busybox"))
+	removeImage(t, is, "busybox")
+	require.Nil(t, imageStatus(t, is, id))
 }
