@@ -131,17 +131,19 @@ func DeleteExitedTask(ctx context.Context, ts tasks.TasksClient, id string) erro
 // CreateContainer writes containerd's record of container id, made by opts, as the
 // client's NewContainer does but without the lease the client takes for the call
 // when ctx has none: a caller that prepares the snapshot only after the record names
-// it needs none, and saves its two calls.
-func CreateContainer(ctx context.Context, cl *client.Client, id string, opts ...client.NewContainerOpts) error {
+// it needs none, and saves its two calls. The opts get no client (nil): shimd's and
+// the client's that only fill in fields (runtime, spec, snapshot key, image name,
+// sandbox, extensions and labels).
+func CreateContainer(ctx context.Context, cs containers.Store, id string, opts ...client.NewContainerOpts) error {
 	c := containers.Container{ID: id}
 	for _, o := range opts {
-		if err := o(ctx, cl, &c); err != nil {
+		if err := o(ctx, nil, &c); err != nil {
 			return err
 		}
 	}
 	if c.Runtime.Name == "" {
 		return fmt.Errorf("container %s: no runtime: %w", id, errdefs.ErrInvalidArgument)
 	}
-	_, err := cl.ContainerService().Create(ctx, c)
+	_, err := cs.Create(ctx, c)
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -98,29 +99,23 @@ func (s *Service) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 }
 
 func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox.Sandbox, img *image.Image, rt sandbox.Runtime, st *steps) (retErr error) {
-	// A lease keeps the writable layer from containerd's garbage collector until the
-	// container record references it.
-	ctx, done, err := image.WithLease(ctx, s.ctrd, "container")
-	if err != nil {
-		return fmt.Errorf("lease: %w", err)
-	}
-	defer done(context.WithoutCancel(ctx))
 	sn := s.ctrd.SnapshotService(rt.Snapshotter)
 	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
-	st.done("lease")
-	// The image's layers are nearly always unpacked for the snapshotter: prepare
-	// first, and unpack only when the parent is missing.
-	mounts, err := sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
-	if errdefs.IsNotFound(err) {
-		if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
-			return err
+	prepare := func(ctx context.Context) ([]mount.Mount, error) {
+		// The image's layers are nearly always unpacked for the snapshotter: prepare
+		// first, and unpack only when the parent is missing.
+		mounts, err := sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
+		if errdefs.IsNotFound(err) {
+			if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
+				return nil, err
+			}
+			mounts, err = sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
 		}
-		mounts, err = sn.Prepare(ctx, c.ID, parent, sandbox.SnapshotOpts(sb)...)
+		if err != nil {
+			return nil, fmt.Errorf("prepare writable layer: %w", err)
+		}
+		return mounts, nil
 	}
-	if err != nil {
-		return fmt.Errorf("prepare writable layer: %w", err)
-	}
-	st.done("snapshot")
 	defer func() {
 		if retErr != nil {
 			cctx, cancel := s.detachedContext(ctx)
@@ -130,11 +125,34 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 			}
 		}
 	}()
-	var user spec.User
-	if err := mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
-		user, err = spec.ResolveUser(root, c.Config.GetLinux().GetSecurityContext(), img.Config.Config.User)
-		return err
-	}); err != nil {
+	// The user comes from the image's /etc/passwd and /etc/group, read from the
+	// writable layer of the image's first container and kept by chain id.
+	db := s.userDBs.get(parent)
+	var mounts []mount.Mount
+	prepared := db == nil
+	if prepared {
+		// The layer has to exist before the record that names it: a lease keeps it
+		// from containerd's garbage collector until then.
+		lctx, done, err := image.WithLease(ctx, s.ctrd, "container")
+		if err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		defer done(context.WithoutCancel(lctx))
+		ctx = lctx
+		if mounts, err = prepare(ctx); err != nil {
+			return err
+		}
+		if err := mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
+			db, err = spec.ReadUserDB(root)
+			return err
+		}); err != nil {
+			return fmt.Errorf("resolve user: %w", err)
+		}
+		s.userDBs.put(parent, db)
+		st.done("snapshot+passwd")
+	}
+	user, err := db.Resolve(c.Config.GetLinux().GetSecurityContext(), img.Config.Config.User)
+	if err != nil {
 		return fmt.Errorf("resolve user: %w", err)
 	}
 	c.User = user
@@ -160,10 +178,23 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 		// containerd loads the task into the pod's running shim (sandbox_store.go).
 		opts = append(opts, client.WithSandbox(sb.ID))
 	}
-	if _, err := s.ctrd.NewContainer(ctx, c.ID, opts...); err != nil {
+	if err := record.CreateContainer(ctx, s.ctrd.ContainerService(), c.ID, opts...); err != nil {
 		return fmt.Errorf("create containerd container: %w", err)
 	}
 	st.done("container")
+	if !prepared {
+		// The record names the layer before it exists: containerd's garbage collector
+		// keeps it from its creation on, without a lease.
+		if mounts, err = prepare(ctx); err != nil {
+			cctx, cancel := s.detachedContext(ctx)
+			defer cancel()
+			if derr := s.ctrd.ContainerService().Delete(cctx, c.ID); derr != nil && !errdefs.IsNotFound(derr) {
+				log.G(ctx).WithError(derr).Warn("undo containerd container")
+			}
+			return err
+		}
+		st.done("snapshot")
+	}
 	c.setRootfs(mounts)
 	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
 		cctx, cancel := s.detachedContext(ctx)
@@ -173,6 +204,30 @@ func (s *Service) createContainer(ctx context.Context, c *Container, sb *sandbox
 	}
 	st.done("status")
 	return nil
+}
+
+// userDBCache keeps the user databases of images by chain id (see spec.UserDB), at
+// most userDBCacheSize of them: a node's images, as a rule.
+type userDBCache struct {
+	mu  sync.Mutex
+	dbs map[string]*spec.UserDB
+}
+
+const userDBCacheSize = 256
+
+func (u *userDBCache) get(chainID string) *spec.UserDB {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.dbs[chainID]
+}
+
+func (u *userDBCache) put(chainID string, db *spec.UserDB) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.dbs == nil || len(u.dbs) >= userDBCacheSize {
+		u.dbs = map[string]*spec.UserDB{} // start again: reading one costs a mount
+	}
+	u.dbs[chainID] = db
 }
 
 // containerSpec gathers the inputs of the pure spec builder.

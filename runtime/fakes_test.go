@@ -73,18 +73,19 @@ func (f *fakeContainerd) GetImage(context.Context, string) (client.Image, error)
 	return nil, fmt.Errorf("fake: no image store: %w", errdefs.ErrNotImplemented)
 }
 
-func (f *fakeContainerd) NewContainer(_ context.Context, id string, _ ...client.NewContainerOpts) (client.Container, error) {
+// Create writes a container record (record.CreateContainer).
+func (cs fakeContainers) Create(_ context.Context, rec containers.Container) (containers.Container, error) {
+	f := cs.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.newContainerErr != nil {
-		return nil, f.newContainerErr
+		return containers.Container{}, f.newContainerErr
 	}
-	if _, ok := f.containers[id]; ok {
-		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrAlreadyExists)
+	if _, ok := f.containers[rec.ID]; ok {
+		return containers.Container{}, fmt.Errorf("container %s: %w", rec.ID, errdefs.ErrAlreadyExists)
 	}
-	c := &fakeContainer{f: f, id: id}
-	f.containers[id] = c
-	return c, nil
+	f.containers[rec.ID] = &fakeContainer{f: f, id: rec.ID}
+	return rec, nil
 }
 
 func (f *fakeContainerd) LoadContainer(_ context.Context, id string) (client.Container, error) {
@@ -417,11 +418,14 @@ type testService struct {
 	logDir string
 }
 
+// testLayer is the one layer of newTestService's image, and so its chain id.
+var testLayer = "sha256:" + fmt.Sprintf("%064x", 1)
+
 func newTestService(t *testing.T) *testService {
 	t.Helper()
 	dir := t.TempDir()
 	ctrd := newFakeContainerd()
-	layer := "sha256:" + fmt.Sprintf("%064x", 1)
+	layer := testLayer
 	img := &image.Image{
 		ID: "sha256:" + fmt.Sprintf("%064x", 2), Records: []string{"docker.io/library/busybox:latest"},
 		Config: ocispec.Image{RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(layer)}}},

@@ -41,7 +41,6 @@ type containerdAPI interface {
 	WithLease(ctx context.Context, opts ...leases.Opt) (context.Context, func(context.Context) error, error)
 	SnapshotService(snapshotter string) snapshots.Snapshotter
 	GetImage(ctx context.Context, ref string) (client.Image, error)
-	NewContainer(ctx context.Context, id string, opts ...client.NewContainerOpts) (client.Container, error)
 	LoadContainer(ctx context.Context, id string) (client.Container, error)
 	TaskService() tasks.TasksClient
 	ContainerService() containers.Store
@@ -136,6 +135,7 @@ type Service struct {
 	nriStopped sync.Map        // pod ids whose stop NRI plugins were told of
 	finishing  sync.WaitGroup  // exits being recorded (TaskExit); Close waits
 	creating   sync.Map        // ids of containers whose CreateContainer is in progress
+	userDBs    userDBCache     // images' /etc/passwd and /etc/group, by chain id
 	// unknownBefore are the containerd containers the last SweepOrphans found
 	// unknown (only SweepOrphans, one at a time, uses it).
 	unknownBefore map[string]bool

@@ -98,7 +98,7 @@ func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt Runtime) err
 		return fmt.Errorf("sandbox spec: %w", err)
 	}
 	// No lease: the record holds no snapshot or content for the collector to take.
-	if err := record.CreateContainer(ctx, m.opts.Client, sb.ID,
+	if err := record.CreateContainer(ctx, m.opts.Client.ContainerService(), sb.ID,
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(spec),
 		withRecord(sb, PhaseCreating),

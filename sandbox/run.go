@@ -281,7 +281,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 	// containerd's garbage collector keeps the snapshot, so no lease is needed. The
 	// snapshot's parent is the cached chain id, and its mounts are kept for the
 	// task: no read of the image's content and no mounts call per pod.
-	if err := record.CreateContainer(ctx, m.opts.Client, sb.ID, append(opts, record.WithSnapshotKey(rt.Snapshotter, sb.ID))...); err != nil {
+	if err := record.CreateContainer(ctx, m.opts.Client.ContainerService(), sb.ID, append(opts, record.WithSnapshotKey(rt.Snapshotter, sb.ID))...); err != nil {
 		return nil, fmt.Errorf("create pause container: %w", err)
 	}
 	rootfs, err := m.opts.Client.SnapshotService(rt.Snapshotter).Prepare(ctx, sb.ID, info.chainID)

@@ -54,7 +54,7 @@ func callDiff(before, after map[string]uint64) (string, uint64) {
 func TestContainerdCallsPerPod(t *testing.T) {
 	// The steps' budgets add up to more than the whole: a task's delete after its
 	// exit is made by the exit's handler, in the stop or just after it.
-	const lifecycleBudget = 27
+	const lifecycleBudget = 22
 	requireRoot(t)
 	sock := filepath.Join(t.TempDir(), "debug.sock")
 	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[debug]\naddress = %q\n", sock)}})
@@ -78,8 +78,8 @@ func TestContainerdCallsPerPod(t *testing.T) {
 			budget uint64
 			do     func()
 		}{
-			{"RunPodSandbox", 8, func() { pod.id = runPod(t, rs, cfg) }},
-			{"CreateContainer", 5, func() { cid = pod.create(pod.container("main", "sleep", "3600")) }},
+			{"RunPodSandbox", 6, func() { pod.id = runPod(t, rs, cfg) }},
+			{"CreateContainer", 2, func() { cid = pod.create(pod.container("main", "sleep", "3600")) }},
 			{"StartContainer", 2, func() { pod.start(cid) }},
 			{"StopContainer", 3, func() {
 				_, err := rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cid, Timeout: 0})
@@ -114,6 +114,6 @@ func TestContainerdCallsPerPod(t *testing.T) {
 			require.LessOrEqual(t, sum, uint64(lifecycleBudget), "one pod lifecycle made %d calls to containerd, over its budget of %d", sum, lifecycleBudget)
 		}
 	}
-	lifecycle(false) // warm up: the first pod pays for connections and caches
+	lifecycle(false) // warm up: the first pod pays for connections and caches (the image's users)
 	lifecycle(true)
 }

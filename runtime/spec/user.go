@@ -36,11 +36,19 @@ type User struct {
 // A numeric user needs no passwd entry; an unknown user or group name is an error
 // (InvalidArgument naming the field). So are ids outside [0, 2^31-1], runc's limit.
 func ResolveUser(rootfs string, sc *runtimeapi.LinuxContainerSecurityContext, imageUser string) (User, error) {
-	userArg, groupArg, userField, groupField, err := userArgs(sc, imageUser)
+	if _, _, _, _, err := userArgs(sc, imageUser); err != nil {
+		return User{}, err
+	}
+	db, err := ReadUserDB(rootfs)
 	if err != nil {
 		return User{}, err
 	}
-	db, err := readUserDB(rootfs)
+	return db.Resolve(sc, imageUser)
+}
+
+// Resolve is ResolveUser on the files db was read from.
+func (db *UserDB) Resolve(sc *runtimeapi.LinuxContainerSecurityContext, imageUser string) (User, error) {
+	userArg, groupArg, userField, groupField, err := userArgs(sc, imageUser)
 	if err != nil {
 		return User{}, err
 	}
@@ -100,22 +108,24 @@ func userArgs(sc *runtimeapi.LinuxContainerSecurityContext, imageUser string) (u
 	return userArg, groupArg, userField, groupField, nil
 }
 
-// userDB is the rootfs's passwd and group files; either may be absent.
-type userDB struct {
+// UserDB is what a rootfs's /etc/passwd and /etc/group say (either may be absent).
+// For an image's fresh writable layer it depends only on the image's layers (their
+// chain id), so callers may keep it.
+type UserDB struct {
 	users  []user.User
 	groups []user.Group
 }
 
-// readUserDB reads the files with containerd's reader (oci.UserFromFS, GIDFromFS):
-// it resolves symlinks inside the rootfs (an absolute link stays in it), accepts only
-// regular files and caps their size. The filters collect every entry.
-func readUserDB(rootfs string) (*userDB, error) {
+// ReadUserDB reads the files with containerd's reader (oci.UserFromFS, GIDFromFS):
+// it resolves symlinks inside the rootfs (an absolute link stays in it), accepts
+// only regular files and caps their size. The filters collect every entry.
+func ReadUserDB(rootfs string) (*UserDB, error) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("open rootfs: %w", err)
 	}
 	defer root.Close()
-	db := &userDB{}
+	db := &UserDB{}
 	_, err = oci.UserFromFS(root.FS(), func(u user.User) bool { db.users = append(db.users, u); return false })
 	if err != nil && !errors.Is(err, oci.ErrNoUsersFound) && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read the image's /etc/passwd: %w", err)
@@ -128,7 +138,7 @@ func readUserDB(rootfs string) (*userDB, error) {
 }
 
 // lookupUser resolves a uid or name. A uid without passwd entry gets gid 0.
-func (db *userDB) lookupUser(arg, field string) (User, error) {
+func (db *UserDB) lookupUser(arg, field string) (User, error) {
 	uid, numeric, err := parseID(arg)
 	if err != nil {
 		return User{}, invalid(field, "user %q: %v", arg, err)
@@ -145,7 +155,7 @@ func (db *userDB) lookupUser(arg, field string) (User, error) {
 }
 
 // lookupGroup resolves a gid or group name.
-func (db *userDB) lookupGroup(arg, field string) (uint32, error) {
+func (db *UserDB) lookupGroup(arg, field string) (uint32, error) {
 	gid, numeric, err := parseID(arg)
 	if err != nil {
 		return 0, invalid(field, "group %q: %v", arg, err)
@@ -162,7 +172,7 @@ func (db *userDB) lookupGroup(arg, field string) (uint32, error) {
 }
 
 // groupsOf is the gids of the groups that list name as a member.
-func (db *userDB) groupsOf(name string) []uint32 {
+func (db *UserDB) groupsOf(name string) []uint32 {
 	var out []uint32
 	for _, g := range db.groups {
 		if slices.Contains(g.List, name) {
