@@ -100,13 +100,13 @@ func KillDeleteTask(ctx context.Context, ts tasks.TasksClient, id string) error 
 	_, err := ts.Kill(ctx, &tasks.KillRequest{ContainerID: id, Signal: uint32(syscall.SIGKILL), All: true})
 	switch err = errgrpc.ToNative(err); {
 	case err == nil:
-		if _, err := ts.Wait(ctx, &tasks.WaitRequest{ContainerID: id}); err != nil {
-			if err = errgrpc.ToNative(err); !errdefs.IsNotFound(err) {
-				return fmt.Errorf("wait for task %s: %w", id, err)
-			}
+		if err := waitTask(ctx, ts, id); err != nil {
+			return err
 		}
-	case errdefs.IsNotFound(err):
-		// No task, or one whose process has exited: the delete below settles which.
+	case errdefs.IsNotFound(err), errdefs.IsFailedPrecondition(err):
+		// No task, or one whose process has exited (or, as the client notes, is
+		// exiting: a kill may answer NotFound although it killed): the delete
+		// below settles which.
 	default:
 		// The shim may have gone away under the call ("ttrpc: closed").
 		if TaskGone(ctx, ts, id) {
@@ -114,7 +114,25 @@ func KillDeleteTask(ctx context.Context, ts tasks.TasksClient, id string) error 
 		}
 		return fmt.Errorf("kill task %s: %w", id, err)
 	}
+	_, err = ts.Delete(ctx, &tasks.DeleteTaskRequest{ContainerID: id})
+	if err = errgrpc.ToNative(err); err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	// A process still on its way out: wait for it, then delete again.
+	if err := waitTask(ctx, ts, id); err != nil {
+		return err
+	}
 	return DeleteStaleTask(ctx, ts, id)
+}
+
+// waitTask waits for the task's process to exit; a missing task is fine.
+func waitTask(ctx context.Context, ts tasks.TasksClient, id string) error {
+	if _, err := ts.Wait(ctx, &tasks.WaitRequest{ContainerID: id}); err != nil {
+		if err = errgrpc.ToNative(err); !errdefs.IsNotFound(err) {
+			return fmt.Errorf("wait for task %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // DeleteExitedTask deletes the task of container id in one call when its process has

@@ -120,8 +120,15 @@ func TestCDIDevices(t *testing.T) {
 	dup := p.container("ambiguous", "sleep", "3600")
 	dup.CDIDevices = []*runtimeapi.CDIDevice{{Name: "test.shimd.io/dev=devnull"}}
 	require.Eventually(t, func() bool {
-		_, err = rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: p.id, Config: dup, SandboxConfig: p.cfg})
-		return err != nil
+		resp, cerr := rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: p.id, Config: dup, SandboxConfig: p.cfg})
+		if cerr == nil {
+			// Made before the watcher saw the new file: remove it and ask again.
+			_, rerr := rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: resp.ContainerId})
+			require.NoError(t, rerr)
+			return false
+		}
+		err = cerr
+		return true
 	}, 10*time.Second, 100*time.Millisecond, "the conflicting spec file was never noticed")
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	require.Contains(t, status.Convert(err).Message(), `CDI device "test.shimd.io/dev=devnull" is ambiguous`)
