@@ -394,10 +394,3 @@ func NewID() string {
 	}
 	return hex.EncodeToString(b)
 }
-
-func ignoreNotFound(err error) error {
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	return err
-}

@@ -221,9 +221,10 @@ func (m *Manager) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
 
 // stopShim asks a shim to delete its task (runc delete --force: the process and its
 // cgroup go) and to shut down, and waits for it to exit. A shim that still serves
-// other containers stays, and that is an error.
+// other containers stays, and that is an error. A shim that does not answer at all
+// and runs no process is killed: it is stuck in its own start (see stuckShim).
 func (m *Manager) stopShim(ctx context.Context, s shimProc) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	sock, err := listeningSocket(s.pid, shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, cmp.Or(s.socketID, s.id)))
 	if err != nil {
@@ -236,22 +237,71 @@ func (m *Manager) stopShim(ctx context.Context, s shimProc) error {
 	tc := ttrpc.NewClient(conn)
 	defer tc.Close()
 	// containerd 2.x shims serve task API v3, 1.6 shims v2.
-	if _, err := taskv3.NewTTRPCTaskClient(tc).Delete(ctx, &taskv3.DeleteRequest{ID: s.id}); isUnimplemented(err) {
+	_, callErr := taskv3.NewTTRPCTaskClient(tc).Delete(cctx, &taskv3.DeleteRequest{ID: s.id})
+	if isUnimplemented(callErr) {
 		v2 := taskv2.NewTTRPCTaskClient(tc)
-		_, _ = v2.Delete(ctx, &taskv2.DeleteRequest{ID: s.id})
-		_, _ = v2.Shutdown(ctx, &taskv2.ShutdownRequest{ID: s.id, Now: true})
+		_, callErr = v2.Delete(cctx, &taskv2.DeleteRequest{ID: s.id})
+		_, _ = v2.Shutdown(cctx, &taskv2.ShutdownRequest{ID: s.id, Now: true})
 	} else {
-		_, _ = taskv3.NewTTRPCTaskClient(tc).Shutdown(ctx, &taskv3.ShutdownRequest{ID: s.id, Now: true})
+		_, _ = taskv3.NewTTRPCTaskClient(tc).Shutdown(cctx, &taskv3.ShutdownRequest{ID: s.id, Now: true})
 	}
-	for ctx.Err() == nil {
-		if exited(s.pid) {
-			// A shim whose bundle is gone cannot find its socket to remove it.
+	if waitExit(cctx, s.pid) {
+		// A shim whose bundle is gone cannot find its socket to remove it.
+		_ = os.Remove(sock)
+		return nil
+	}
+	if stuckShim(callErr, s.pid) {
+		log.G(ctx).WithField("pid", s.pid).Warn("shim never answered and runs no process: stuck in its start; killing it")
+		_ = syscall.Kill(s.pid, syscall.SIGKILL)
+		kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer kcancel()
+		if waitExit(kctx, s.pid) {
 			_ = os.Remove(sock)
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		return errors.New("the shim did not exit after SIGKILL")
 	}
 	return errors.New("the shim did not exit: it still serves other tasks")
+}
+
+// stuckShim tells whether a shim that did not exit never served: its delete call
+// got no answer in time and it has no child process (a shim that ran a container
+// has its process, or had, and answers). A shim started while containerd went
+// away can hang so in its start: it opens its log FIFO for writing, which blocks
+// until a reader opens the other end, and the reader was containerd. The socket it
+// was handed accepts connections, but nothing ever serves them, so only SIGKILL
+// ends it.
+func stuckShim(callErr error, pid int) bool {
+	return errors.Is(callErr, context.DeadlineExceeded) && !hasChildren(pid)
+}
+
+// hasChildren tells whether process pid has a child process (any of its threads').
+func hasChildren(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err == nil && len(bytes.TrimSpace(kids)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// waitExit waits until process pid has exited (or is a zombie) or ctx ends.
+func waitExit(ctx context.Context, pid int) bool {
+	for {
+		if exited(pid) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return exited(pid)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // shimSocketName is the file name of a shim's task API socket: containerd's pkg/shim

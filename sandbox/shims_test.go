@@ -1,6 +1,11 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -78,4 +83,20 @@ func TestShimTaskIDs(t *testing.T) {
 	require.Equal(t, []string{c1, pod, c2}, shimTaskIDs(shimProc{id: c1}, pod, true, sandboxOf))
 	// A container's own shim (no pod record, e.g. the pod is gone).
 	require.Equal(t, []string{other}, shimTaskIDs(shimProc{id: other}, "", false, map[string]string{other: ""}))
+}
+
+// A shim is taken for stuck in its start only when its delete call timed out and it
+// has no child process; hasChildren sees a child of any thread.
+func TestStuckShim(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.True(t, hasChildren(os.Getpid()), "this test's process has the sleep as a child")
+	require.False(t, hasChildren(cmd.Process.Pid), "sleep has no child")
+
+	timedOut := fmt.Errorf("ttrpc: %w", context.DeadlineExceeded)
+	require.True(t, stuckShim(timedOut, cmd.Process.Pid))
+	require.False(t, stuckShim(timedOut, os.Getpid()), "a shim with a process is never taken for stuck")
+	require.False(t, stuckShim(errors.New("ttrpc: closed"), cmd.Process.Pid), "a shim that answered is not stuck")
+	require.False(t, stuckShim(nil, cmd.Process.Pid))
 }
