@@ -186,6 +186,36 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	return n, nil
 }
 
+// reapPodShim stops the shim of a pod being removed if it outlived the pod: the
+// pause task is deleted, and containerd has deleted the shim's bundle (so it is done
+// with the shim), yet the process runs. Seen in CI's one-node cluster: containerd's
+// shutdown of a pod's shim is refused by a shim that still holds a task containerd no
+// longer knows, and containerd then drops the shim all the same. Only a shim started
+// for the pod's id whose bundle containerd deleted is touched; one that still runs a
+// process is left, with a warning.
+func (m *Manager) reapPodShim(ctx context.Context, sb *Sandbox) {
+	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
+	if err != nil {
+		return
+	}
+	for _, s := range shims {
+		if s.id != sb.ID || exited(s.pid) || !bundleGone(s.pid) {
+			continue
+		}
+		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
+		err := m.stopShim(ctx, s)
+		switch {
+		case err == nil:
+			log.G(ctx).Info("stopped the pod's shim, which outlived the pod")
+		case hasChildren(s.pid):
+			log.G(ctx).WithError(err).Warn("the pod's shim outlived the pod and still runs a process; left running")
+		default:
+			log.G(ctx).WithError(err).Warn("the pod's shim outlived the pod and runs no process; killing it")
+			_ = syscall.Kill(s.pid, syscall.SIGKILL)
+		}
+	}
+}
+
 // shimTaskIDs are the ids of the tasks shim s may serve: its own, and when it is a
 // pod's shim, the pod's and those of every recorded container of the pod.
 func shimTaskIDs(s shimProc, group string, grouped bool, sandboxOf map[string]string) []string {

@@ -123,6 +123,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := m.removeFiles(sb.ID); err != nil {
 		return err
 	}
+	if !sb.Pauseless {
+		m.reapPodShim(ctx, sb)
+	}
 	m.store.delete(sb)
 	log.G(ctx).Info("sandbox removed")
 	return nil
