@@ -202,6 +202,13 @@ func (m *Manager) reapPodShim(ctx context.Context, sb *Sandbox) {
 		if s.id != sb.ID || exited(s.pid) || !bundleGone(s.pid) {
 			continue
 		}
+		// A shim told to shut down with the pause task's delete may still be exiting.
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		gone := waitExit(wctx, s.pid)
+		cancel()
+		if gone {
+			continue
+		}
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
 		err := m.stopShim(ctx, s)
 		switch {
