@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/containerd/containerd/v2/pkg/sys"
 	"github.com/vishvananda/netlink"
@@ -22,44 +23,85 @@ func NetNSPath(baseDir, id string) string {
 
 // CreateNetNS creates a new network namespace and pins it with a bind mount at path.
 // The path must not exist yet.
-func CreateNetNS(path string) (err error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
-		return fmt.Errorf("create netns dir: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-	if err != nil {
-		return fmt.Errorf("create netns mount point: %w", err)
-	}
-	f.Close()
+func CreateNetNS(path string) error { return Pin(PinRequest{NetNS: path}) }
+
+// PinRequest is what Pin makes: each non-empty path gets a new namespace
+// of its kind pinned there.
+type PinRequest struct {
+	NetNS, IPCNS, UTSNS string
+	// Hostname is set in the new UTS namespace; Sysctls (dotted names) are written in
+	// the new namespaces.
+	Hostname string
+	Sysctls  map[string]string
+}
+
+// Pin makes new namespaces (those of a pause-less pod, or a pod's network
+// namespace) on a locked OS thread that is never unlocked (it exits with its goroutine), and pins them by bind mounts. On
+// failure nothing is left pinned.
+func Pin(req PinRequest) (err error) {
+	kinds := []struct {
+		path, ns string
+		flag     int
+	}{{req.NetNS, "net", unix.CLONE_NEWNET}, {req.IPCNS, "ipc", unix.CLONE_NEWIPC}, {req.UTSNS, "uts", unix.CLONE_NEWUTS}}
+	flags := 0
+	var made []string
 	defer func() {
 		if err != nil {
-			os.Remove(path)
+			for _, p := range made {
+				_ = RemoveNetNS(p)
+			}
 		}
 	}()
-
+	for _, k := range kinds {
+		if k.path == "" {
+			continue
+		}
+		flags |= k.flag
+		if err := os.MkdirAll(filepath.Dir(k.path), 0o711); err != nil {
+			return fmt.Errorf("create %s namespace dir: %w", k.ns, err)
+		}
+		f, err := os.OpenFile(k.path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+		if err != nil {
+			return fmt.Errorf("create %s namespace mount point: %w", k.ns, err)
+		}
+		f.Close()
+		made = append(made, k.path)
+	}
+	if flags == 0 {
+		return nil
+	}
 	errc := make(chan error, 1)
 	go func() {
-		// The thread that unshares is never unlocked: it dies with this goroutine, so no
-		// other goroutine ever runs in the new namespace even if restoring fails.
+		// Never unlocked: the thread dies with this goroutine, in the pod's namespaces.
 		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
+		if err := unix.Unshare(flags); err != nil {
+			errc <- fmt.Errorf("unshare pod namespaces: %w", err)
 			return
 		}
-		defer orig.Close()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare netns: %w", err)
-			return
+		if req.UTSNS != "" && req.Hostname != "" {
+			if err := unix.Sethostname([]byte(req.Hostname)); err != nil {
+				errc <- fmt.Errorf("set hostname %q: %w", req.Hostname, err)
+				return
+			}
 		}
-		src := "/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
-		mountErr := unix.Mount(src, path, "none", unix.MS_BIND, "")
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
-			runtime.UnlockOSThread()
+		for k, v := range req.Sysctls {
+			// Dotted name to path: '.' separates, a '/' is a dot inside a segment.
+			p := sysctlPath(k)
+			if err := os.WriteFile(p, []byte(v), 0); err != nil {
+				errc <- fmt.Errorf("set sysctl %s: %w", k, err)
+				return
+			}
 		}
-		if mountErr != nil {
-			errc <- fmt.Errorf("pin netns at %s: %w", path, mountErr)
-			return
+		tid := strconv.Itoa(unix.Gettid())
+		for _, k := range kinds {
+			if k.path == "" {
+				continue
+			}
+			src := "/proc/self/task/" + tid + "/ns/" + k.ns
+			if err := unix.Mount(src, k.path, "none", unix.MS_BIND, ""); err != nil {
+				errc <- fmt.Errorf("pin %s namespace at %s: %w", k.ns, k.path, err)
+				return
+			}
 		}
 		errc <- nil
 	}()
@@ -180,4 +222,18 @@ func Interfaces(path string) ([]InterfaceStats, error) {
 		return nil
 	})
 	return out, err
+}
+
+// sysctlPath is the /proc/sys file of a dotted sysctl name: '.' separates, a '/' is
+// a dot inside a segment.
+func sysctlPath(name string) string {
+	return filepath.Join("/proc/sys", strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return '/'
+		case '/':
+			return '.'
+		}
+		return r
+	}, name))
 }

@@ -1,7 +1,7 @@
 // Package record is the format of shimd's durable records in containerd, shared by
 // sandboxes and containers: the labels shimd puts on its containerd containers, the
-// versioned JSON extensions that hold the CRI metadata, and the lookup of a record's
-// task. It imports none of shimd's packages.
+// versioned JSON extensions that hold the CRI metadata, and their codecs. It imports
+// none of shimd's packages and makes no calls (package ctrd writes records).
 package record
 
 import (

@@ -7,13 +7,13 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Attach returns the URL of an attach session to a running container's stdio.
+// Attach returns the URL of a session attached to a running container's IO.
 func (s *Service) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
-	c, srv, err := s.streamTarget(req.GetContainerId(), req.GetTty(), req.GetStdin(), req.GetStdout(), req.GetStderr())
+	id, srv, err := s.streamTarget(req.GetContainerId(), req.GetTty(), req.GetStdin(), req.GetStdout(), req.GetStderr())
 	if err != nil {
 		return nil, err
 	}
 	r := proto.Clone(req).(*runtimeapi.AttachRequest)
-	r.ContainerId = c.ID
+	r.ContainerId = id
 	return srv.GetAttach(ctx, r)
 }

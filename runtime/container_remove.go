@@ -2,71 +2,18 @@ package runtime
 
 import (
 	"context"
-	"fmt"
-	"os"
 
-	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
-	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// RemoveContainer kills a running container and deletes it with its writable layer.
-// The log file stays (the kubelet owns it). Idempotent; unknown ids succeed.
+// RemoveContainer removes a container, stopping it first; an unknown id succeeds.
 func (s *Service) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	if err := validateID("container_id", req.GetContainerId()); err != nil {
 		return nil, err
 	}
-	c, err := s.containers.get(req.GetContainerId())
-	if errdefs.IsNotFound(err) {
-		return &runtimeapi.RemoveContainerResponse{}, nil
+	resp, err := s.opts.Containers.Remove(ctx, req)
+	if err == nil {
+		s.opts.Stats.Forget(req.GetContainerId())
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := s.removeContainer(ctx, c); err != nil {
-		return nil, err
-	}
-	return &runtimeapi.RemoveContainerResponse{}, nil
-}
-
-func (s *Service) removeContainer(ctx context.Context, c *Container) error {
-	ctx, cancel := s.detachedContext(ctx)
-	defer cancel()
-	if err := s.stopContainer(ctx, c, 0); err != nil {
-		return err
-	}
-	if err := s.deleteContainerd(ctx, c); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(s.containerDir(c.ID)); err != nil {
-		return fmt.Errorf("remove container dir: %w", err)
-	}
-	os.RemoveAll(s.fifoDir(c.ID))
-	s.containers.delete(c)
-	s.rates.forget(c.ID)
-	log.G(ctx).WithField("container", c.ID).Info("container removed")
-	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
-	s.nriContainerEvent(ctx, api.Event_REMOVE_CONTAINER, c)
-	return nil
-}
-
-// stopPodContainers kills every running container of a pod (StopPodSandbox).
-func (s *Service) stopPodContainers(ctx context.Context, sandboxID string) error {
-	for _, c := range s.containers.inSandbox(sandboxID) {
-		if err := s.stopContainer(ctx, c, 0); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// removePodContainers removes every container of a pod (RemovePodSandbox).
-func (s *Service) removePodContainers(ctx context.Context, sandboxID string) error {
-	for _, c := range s.containers.inSandbox(sandboxID) {
-		if err := s.removeContainer(ctx, c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return resp, err
 }

@@ -2,134 +2,14 @@ package runtime
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"time"
 
-	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
-	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/shimd/shimd/record"
-	"github.com/shimd/shimd/sandbox"
 )
 
-// StartContainer starts a CREATED container: a task whose stdio goes to the CRI log.
-// Its exit is seen by the event monitor (TaskExit).
+// StartContainer starts a CREATED container (container.Manager.Start).
 func (s *Service) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
-	c, err := s.containers.get(req.GetContainerId())
-	if err != nil {
+	if err := validateID("container_id", req.GetContainerId()); err != nil {
 		return nil, err
 	}
-	if started, err := c.beginStart(); started || err != nil {
-		return &runtimeapi.StartContainerResponse{}, err
-	}
-	sb, err := s.opts.Sandboxes.Get(c.SandboxID)
-	if err == nil && sb.State() != sandbox.StateReady {
-		err = fmt.Errorf("sandbox %s is not ready: %w", c.SandboxID, errdefs.ErrFailedPrecondition)
-	}
-	if err != nil {
-		c.setStarting(false)
-		return nil, err
-	}
-	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
-	cctx, cancel := s.detachedContext(ctx)
-	defer cancel()
-	st := newSteps()
-	err = s.nriStart(cctx, c)
-	st.done("nri")
-	if err == nil {
-		err = s.startTask(cctx, c, st)
-	}
-	if err != nil {
-		if sb.State() != sandbox.StateReady {
-			// The pod was stopped meanwhile (its namespaces are gone): not a runtime fault.
-			err = fmt.Errorf("sandbox %s stopped while container %s started: %v: %w", c.SandboxID, c.ID, err, errdefs.ErrFailedPrecondition)
-		} else if _, ok := execStartExitCode(err); ok {
-			// The image has no such command, or it cannot be executed.
-			err = fmt.Errorf("container %s: its command cannot be run: %s: %w", c.ID, execStartMessage(err), errdefs.ErrFailedPrecondition)
-		}
-		// As the kubelet expects: the container is EXITED with the reason, not CREATED.
-		_ = c.Update(func(st *containerStatus) error {
-			st.Starting = false
-			st.State = runtimeapi.ContainerState_CONTAINER_EXITED
-			st.ExitCode, st.Reason, st.Message = 128, "StartError", err.Error()
-			st.FinishedAt = time.Now().UnixNano()
-			return nil
-		})
-		closeOnce(c)
-		s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
-		return nil, err
-	}
-	log.G(ctx).WithField("steps", st).Info("container started")
-	s.emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
-	s.nriContainerEvent(cctx, api.Event_POST_START_CONTAINER, c)
-	return &runtimeapi.StartContainerResponse{}, nil
-}
-
-func (s *Service) startTask(ctx context.Context, c *Container, st *steps) (retErr error) {
-	rootfs, kept := c.takeRootfs()
-	if !kept {
-		var err error
-		if rootfs, err = s.ctrd.SnapshotService(c.Snapshotter).Mounts(ctx, c.ID); err != nil {
-			return fmt.Errorf("mounts of the writable layer: %w", err)
-		}
-	}
-	var logf *logFile
-	if c.LogPath != "" {
-		var err error
-		if logf, err = openLog(c.LogPath); err != nil {
-			return err
-		}
-	}
-	if err := os.MkdirAll(s.fifoDir(c.ID), 0o700); err != nil {
-		if logf != nil {
-			logf.Close()
-		}
-		return err
-	}
-	st.done("load+log")
-	var cio *containerIO
-	ts := s.ctrd.TaskService()
-	if _, _, err := record.NewTask(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio)); err != nil {
-		if cio != nil {
-			cio.close()
-		} else if logf != nil {
-			logf.Close()
-		}
-		return fmt.Errorf("create task: %w", err)
-	}
-	defer func() {
-		if retErr != nil {
-			if err := s.deleteTask(ctx, c.ID); err != nil {
-				log.G(ctx).WithError(err).Warn("undo task")
-			}
-			cio.close()
-		}
-	}()
-	c.setIO(cio)
-	st.done("task-create")
-	startedAt := time.Now()
-	pid, err := record.StartTask(ctx, ts, c.ID)
-	if err != nil {
-		return fmt.Errorf("start task: %w", err)
-	}
-	st.done("task-start")
-	defer st.done("status")
-	return c.Update(func(cs *containerStatus) error {
-		cs.Starting = false
-		cs.Pid = pid
-		// An exit may have been handled already (a command that ends at once).
-		if cs.State == runtimeapi.ContainerState_CONTAINER_CREATED {
-			cs.State = runtimeapi.ContainerState_CONTAINER_RUNNING
-			cs.StartedAt = startedAt.UnixNano()
-		}
-		return nil
-	})
-}
-
-// closeOnce closes c.exited unless it is closed.
-func closeOnce(c *Container) {
-	c.exitedOnce.Do(func() { close(c.exited) })
+	return s.opts.Containers.Start(ctx, req)
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/pod"
 )
 
 // ContainerStats reports one container's CPU, memory and writable layer usage.
@@ -12,24 +14,24 @@ func (s *Service) ContainerStats(ctx context.Context, req *runtimeapi.ContainerS
 	if err := validateID("container_id", req.GetContainerId()); err != nil {
 		return nil, err
 	}
-	c, err := s.containers.get(req.GetContainerId())
+	c, err := s.opts.Containers.StatsFor(req.GetContainerId())
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ContainerStatsResponse{Stats: s.containerStats(ctx, c)}, nil
+	return &runtimeapi.ContainerStatsResponse{Stats: s.opts.Stats.ContainerStats(ctx, c)}, nil
 }
 
 // ListContainerStats reports the stats of containers matching the filter.
 func (s *Service) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	f := req.GetFilter()
 	resp := &runtimeapi.ListContainerStatsResponse{}
-	for _, c := range s.containers.list() {
+	for _, c := range s.opts.Containers.StatsOf("") {
 		if f.GetId() != "" && !strings.HasPrefix(c.ID, f.GetId()) ||
 			f.GetPodSandboxId() != "" && !strings.HasPrefix(c.SandboxID, f.GetPodSandboxId()) ||
-			!labelsMatch(c.Config.GetLabels(), f.GetLabelSelector()) {
+			!pod.LabelsMatch(c.Labels, f.GetLabelSelector()) {
 			continue
 		}
-		resp.Stats = append(resp.Stats, s.containerStats(ctx, c))
+		resp.Stats = append(resp.Stats, s.opts.Stats.ContainerStats(ctx, c))
 	}
 	return resp, nil
 }

@@ -2,31 +2,14 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // ContainerStatus reports one container.
-func (s *Service) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+func (s *Service) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
 	if err := validateID("container_id", req.GetContainerId()); err != nil {
 		return nil, err
 	}
-	c, err := s.containers.get(req.GetContainerId())
-	if err != nil {
-		return nil, err
-	}
-	st := c.Status()
-	resp := &runtimeapi.ContainerStatusResponse{Status: toContainerStatus(c, st)}
-	if req.GetVerbose() {
-		info, err := json.Marshal(map[string]any{
-			"sandboxID": c.SandboxID, "pid": st.Pid, "config": c.Config, "logPath": c.LogPath,
-			"snapshotter": c.Snapshotter, "imageID": c.ImageID,
-		})
-		if err != nil {
-			return nil, err
-		}
-		resp.Info = map[string]string{"info": string(info)}
-	}
-	return resp, nil
+	return s.opts.Containers.Status(ctx, req)
 }

@@ -1,5 +1,10 @@
-// Package runtime implements the CRI RuntimeService of shimd: one file per RPC, thin
-// handlers that validate, delegate and convert (convert.go).
+// Package runtime implements the CRI RuntimeService of shimd as a façade: one file per
+// RPC (sandbox_*.go, container_*.go, status.go, version.go), each of which validates
+// its request (validate_*.go) and delegates to the sandbox manager (package sandbox,
+// through PodSandboxes), the container manager (package container) or the stats
+// collector (package stats). It holds no state of its own. What containers and the
+// spec builder know of a pod is a value of package pod that the sandbox manager
+// hands out.
 //
 // RunPodSandbox, end to end:
 //
@@ -28,7 +33,7 @@
 // Both are idempotent and succeed for unknown ids.
 //
 // After a restart sandbox.Manager.Recover rebuilds the store from containerd (see
-// sandbox/recover.go for its assumptions), runtime.Recover the containers (a start cut
+// sandbox/recover.go for its assumptions), container.Manager.Recover the containers (a start cut
 // short is undone or adopted, so the kubelet's retry succeeds), and
 // sandbox.Manager.Sweep stops shims no task uses and removes empty cgroups no
 // container has (sandbox/shims.go, sandbox/cgroups.go). One event monitor
@@ -37,11 +42,14 @@
 // and sweeping again whenever it reconnects to containerd. The runtime service asks
 // of package sandbox only what PodSandboxes (service.go) declares.
 //
+// Flow 2 lives in package container (container.Manager, which mirrors
+// sandbox.Manager):
+//
 // CreateContainer / StartContainer: the sandbox must be READY -> reserve the name ->
 // resolve the image locally -> prepare the writable layer under a lease and resolve the
-// user in it -> mount the pod's image volumes (container_image_volumes.go) -> build the
+// user in it -> mount the pod's image volumes (container/image_volumes.go) -> build the
 // OCI spec (runtime/spec, a pure function) -> inject the CDI devices asked for
-// (cdi.go; checked before anything is created) -> NRI plugins adjust the spec (nri.go)
+// (container/cdi.go; checked first) -> NRI plugins adjust the spec (container/nri.go)
 // -> containerd container -> status CREATED.
 // A create retried with the same name and config returns the first call's container.
 // Start: a task with its stdio FIFOs copied to the CRI log (started in the pod's
@@ -49,16 +57,17 @@
 // because the pod stopped meanwhile is FailedPrecondition.
 //
 // Every lifecycle change of a container or sandbox is also published to
-// GetContainerEvents subscribers (container_events.go) with the pod's statuses, and
-// told to NRI plugins (nri.go lists when, and which answers count).
+// GetContainerEvents subscribers (container/events.go) with the pod's statuses, and
+// told to NRI plugins (container/nri.go lists when, and which answers count).
 //
-// The CRI metrics RPCs (sandbox_metrics*.go) read the same cgroup, netns and
-// snapshot data as the stats RPCs and name them as cAdvisor does.
+// The CRI stats and metrics RPCs (container_stats.go, sandbox_stats.go,
+// sandbox_metrics.go) ask package stats, which reads the cgroup, netns and snapshot
+// data and names the metrics as cAdvisor does.
 //
 // Exec / Attach / PortForward: the RPC validates and returns a URL of the streaming
 // server (package streaming) and starts nothing; the kubelet connects to that URL; the
-// backend (streaming.go) then runs a containerd exec, attaches to the container's IO
-// broadcasters, or dials the port inside the pod's network namespace (for a gVisor
+// backend (streaming.go: container.Streams and sandbox_portforward.go) then runs a
+// containerd exec, attaches to the container's IO broadcasters, or dials the port inside the pod's network namespace (for a gVisor
 // pod, whose loopback lives in its Sentry, runsc connects it: network.Runsc).
 //
 // Runtime handlers: each is a containerd shim with its options (runc's, or for any

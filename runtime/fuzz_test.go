@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 // requireClassified fails on an error that is not InvalidArgument: validators only
@@ -97,7 +97,7 @@ func FuzzNamesAndSysctls(f *testing.F) {
 		err := validateSysctls(&runtimeapi.LinuxPodSandboxConfig{Sysctls: map[string]string{s: "1"},
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}})
 		requireClassified(t, err)
-		if err == nil && sysctlNamespace(sandbox.NormalizeSysctlName(s)) == "" {
+		if err == nil && sysctlNamespace(pod.NormalizeSysctlName(s)) == "" {
 			t.Fatalf("accepted sysctl %q outside a pod namespace", s)
 		}
 		if set, err := parseCPUSet(s); err == nil {

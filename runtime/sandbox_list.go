@@ -6,7 +6,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 // ListPodSandbox lists sandboxes matching the filter (id or unique id prefix, state,
@@ -14,33 +14,23 @@ import (
 func (s *Service) ListPodSandbox(_ context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	f := req.GetFilter()
 	resp := &runtimeapi.ListPodSandboxResponse{}
-	for _, sb := range s.opts.Sandboxes.List() {
+	for _, sb := range s.opts.Sandboxes.Pods() {
 		if sandboxMatches(sb, f) {
-			resp.Items = append(resp.Items, toSandbox(sb))
+			resp.Items = append(resp.Items, sb.CRI())
 		}
 	}
 	return resp, nil
 }
 
-func sandboxMatches(sb *sandbox.Sandbox, f *runtimeapi.PodSandboxFilter) bool {
+func sandboxMatches(sb pod.Pod, f *runtimeapi.PodSandboxFilter) bool {
 	if f == nil {
 		return true
 	}
 	if f.GetId() != "" && !strings.HasPrefix(sb.ID, f.GetId()) {
 		return false
 	}
-	if st := f.GetState(); st != nil && st.GetState() != toSandboxState(sb.State()) {
+	if st := f.GetState(); st != nil && st.GetState() != sb.State.CRIState() {
 		return false
 	}
-	return labelsMatch(sb.Config.GetLabels(), f.GetLabelSelector())
-}
-
-// labelsMatch tells whether labels has every key=value of the selector.
-func labelsMatch(labels, selector map[string]string) bool {
-	for k, v := range selector {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+	return pod.LabelsMatch(sb.Config.GetLabels(), f.GetLabelSelector())
 }

@@ -12,7 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/network"
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 // PortForward returns the URL of a port-forward session into a READY pod.
@@ -38,13 +38,13 @@ func (s *Service) PortForward(ctx context.Context, req *runtimeapi.PortForwardRe
 	return srv.GetPortForward(ctx, r)
 }
 
-func (s *Service) readySandbox(id string) (*sandbox.Sandbox, error) {
-	sb, err := s.opts.Sandboxes.Get(id)
+func (s *Service) readySandbox(id string) (pod.Pod, error) {
+	sb, err := s.opts.Sandboxes.Pod(id)
 	if err != nil {
-		return nil, err
+		return pod.Pod{}, err
 	}
-	if sb.State() != sandbox.StateReady {
-		return nil, fmt.Errorf("sandbox %s is not ready: %w", sb.ID, errdefs.ErrFailedPrecondition)
+	if sb.State != pod.Ready {
+		return pod.Pod{}, fmt.Errorf("sandbox %s is not ready: %w", sb.ID, errdefs.ErrFailedPrecondition)
 	}
 	return sb, nil
 }
@@ -62,13 +62,13 @@ func (b streamBackend) PortForward(ctx context.Context, id string, port int32, s
 	if port <= 0 || port > 65535 {
 		return invalid("port", "%d is out of range 1-65535", port)
 	}
-	rt, err := b.s.opts.Sandboxes.Runtime(sb.RuntimeHandler)
+	rt, err := b.s.opts.Handlers.Get(sb.RuntimeHandler)
 	if err != nil {
 		return err
 	}
 	var conn net.Conn
-	if rt.GVisor != nil {
-		conn, err = rt.GVisor.DialSandbox(ctx, sb.ID, port)
+	if rt.Dialer != nil {
+		conn, err = rt.Dialer.DialSandbox(ctx, sb.ID, port)
 	} else {
 		conn, err = network.DialPod(sb.NetNSPath, port)
 	}

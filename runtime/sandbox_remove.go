@@ -3,8 +3,6 @@ package runtime
 import (
 	"context"
 
-	"github.com/containerd/log"
-	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -14,28 +12,20 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
-	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
-	if err == nil {
-		if err := s.removePodContainers(ctx, sb.ID); err != nil {
-			return nil, err
-		}
-		rt, err := s.opts.Sandboxes.Runtime(sb.RuntimeHandler)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.removeImageVolumes(ctx, sb.ID, rt.Snapshotter); err != nil {
+	sb, err := s.opts.Sandboxes.Pod(req.GetPodSandboxId())
+	known := err == nil
+	if known {
+		if err := s.opts.Containers.RemovePod(ctx, sb); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.opts.Sandboxes.Remove(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
-	if sb != nil {
-		s.emitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, toSandboxStatus(sb))
-		s.nriStopped.Delete(sb.ID)
-		if err := s.nriPodEvent(ctx, api.Event_REMOVE_POD_SANDBOX, sb); err != nil {
-			log.G(ctx).WithError(err).Warn("NRI")
-		}
+	if known {
+		s.opts.Containers.EmitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, sb.CRIStatus())
+		s.opts.Containers.NRIPodRemoved(ctx, sb)
+		s.opts.Stats.Forget(sb.ID)
 	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 
+	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -15,11 +16,19 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err != nil {
 		return nil, err
 	}
-	if err := s.nriRunPod(ctx, id); err != nil {
+	if err := s.opts.Containers.NRIRunPod(ctx, id); err != nil {
+		// A plugin refused the pod: undo it, detached from the request.
+		cctx, cancel := s.detachedContext(ctx)
+		defer cancel()
+		if uerr := s.opts.Sandboxes.Stop(cctx, id); uerr != nil {
+			log.G(ctx).WithError(uerr).WithField("sandbox", id).Warn("undo pod refused by NRI: stop")
+		} else if uerr := s.opts.Sandboxes.Remove(cctx, id); uerr != nil {
+			log.G(ctx).WithError(uerr).WithField("sandbox", id).Warn("undo pod refused by NRI: remove")
+		}
 		return nil, err
 	}
 	// Under its own id, as containerd's CRI plugin reports a sandbox.
-	s.emit(id, id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
-	s.emit(id, id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	s.opts.Containers.Emit(id, id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	s.opts.Containers.Emit(id, id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }

@@ -12,20 +12,19 @@ func (s *Service) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandb
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
-	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
+	sb, err := s.opts.Sandboxes.Pod(req.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
-	resp := &runtimeapi.PodSandboxStatusResponse{Status: toSandboxStatus(sb)}
+	resp := &runtimeapi.PodSandboxStatusResponse{Status: sb.CRIStatus()}
 	if req.GetVerbose() {
-		overhead, resources := sb.PodResources()
 		info := map[string]any{
 			"netNamespacePath": sb.NetNSPath,
 			"runtimeHandler":   sb.RuntimeHandler,
 			"config":           sb.Config,
 			"image":            s.opts.PauseImage,
-			"overhead":         overhead,
-			"resources":        resources,
+			"overhead":         sb.Overhead,
+			"resources":        sb.Resources,
 			"pid":              sb.PID,
 		}
 		if sb.Pauseless {

@@ -3,8 +3,6 @@ package runtime
 import (
 	"context"
 
-	"github.com/containerd/log"
-	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -13,22 +11,19 @@ func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	if err := validateID("pod_sandbox_id", req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
-	sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
-	if err == nil {
-		if err := s.stopPodContainers(ctx, sb.ID); err != nil {
+	sb, err := s.opts.Sandboxes.Pod(req.GetPodSandboxId())
+	known := err == nil
+	if known {
+		if err := s.opts.Containers.StopPod(ctx, sb.ID); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.opts.Sandboxes.Stop(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, err
 	}
-	if sb != nil {
-		s.emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
-	}
-	if sb != nil && s.nriOn() && s.nriStopOnce(sb.ID) {
-		if err := s.nriPodEvent(ctx, api.Event_STOP_POD_SANDBOX, sb); err != nil {
-			log.G(ctx).WithError(err).Warn("NRI")
-		}
+	if known {
+		s.opts.Containers.Emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+		s.opts.Containers.NRIPodStopped(ctx, sb)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }

@@ -2,9 +2,7 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -20,14 +18,8 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, req *runtimeapi
 			return nil, err
 		}
 	}
-	if s.nriOn() {
-		sb, err := s.opts.Sandboxes.Get(req.GetPodSandboxId())
-		if err != nil {
-			return nil, err
-		}
-		if err := s.opts.NRI.UpdatePodSandbox(ctx, s.nriPod(sb), s.nriResources(req.GetOverhead()), s.nriResources(req.GetResources())); err != nil {
-			return nil, fmt.Errorf("NRI plugins refused the update of pod %s: %v: %w", sb.ID, err, errdefs.ErrFailedPrecondition)
-		}
+	if err := s.opts.Containers.NRIUpdatePod(ctx, req.GetPodSandboxId(), req.GetOverhead(), req.GetResources()); err != nil {
+		return nil, err
 	}
 	if err := s.opts.Sandboxes.UpdateResources(ctx, req.GetPodSandboxId(), req.GetOverhead(), req.GetResources()); err != nil {
 		return nil, err

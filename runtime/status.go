@@ -13,7 +13,7 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 	runtimeCond := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if ok, err := s.containerdServing(cctx); !ok {
+	if ok, err := s.opts.Containerd.IsServing(cctx); !ok {
 		runtimeCond.Status = false
 		runtimeCond.Reason = "ContainerdUnreachable"
 		runtimeCond.Message = "containerd does not answer"
@@ -38,13 +38,13 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 			SupplementalGroupsPolicy: true,
 		},
 	}
-	for _, h := range s.opts.Handlers {
+	for _, h := range s.opts.HandlerNames {
 		hf := s.opts.Node.Handlers[h]
 		features := &runtimeapi.RuntimeHandlerFeatures{
 			RecursiveReadOnlyMounts: hf.RecursiveReadOnlyMounts, UserNamespaces: hf.UserNamespaces,
 		}
 		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Name: h, Features: features})
-		if h == s.opts.DefaultHandler {
+		if h == s.opts.Handlers.Default {
 			// The empty name is the default handler, as the kubelet expects to find it.
 			resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Features: features})
 		}

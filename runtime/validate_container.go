@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/cap"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/container"
 )
 
 // procBindTargets are the only paths under /proc runc lets a bind mount cover (the
@@ -19,7 +21,7 @@ var procBindTargets = []string{
 
 // validateContainerConfig rejects a ContainerConfig shimd cannot create on this node,
 // naming the field.
-func validateContainerConfig(cfg *runtimeapi.ContainerConfig, node NodeInfo) error {
+func validateContainerConfig(cfg *runtimeapi.ContainerConfig, node container.NodeInfo) error {
 	if cfg == nil {
 		return invalid("config", "is required")
 	}

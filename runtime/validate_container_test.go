@@ -6,9 +6,11 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/container"
 )
 
-var testNode = NodeInfo{CPUs: "0-1", MemoryNodes: "0"}
+var testNode = container.NodeInfo{CPUs: "0-1", MemoryNodes: "0"}
 
 func validContainer() *runtimeapi.ContainerConfig {
 	return &runtimeapi.ContainerConfig{
@@ -35,7 +37,7 @@ func TestValidateContainerConfig(t *testing.T) {
 	tests := []struct {
 		name   string
 		mutate func(c *runtimeapi.ContainerConfig)
-		node   *NodeInfo
+		node   *container.NodeInfo
 		field  string // "" means valid
 	}{
 		{name: "valid", mutate: func(*runtimeapi.ContainerConfig) {}},
@@ -73,9 +75,9 @@ func TestValidateContainerConfig(t *testing.T) {
 		{name: "unified on v1", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1M"}}),
 			field: "config.linux.resources.unified"},
 		{name: "unified on v2", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1M"}}),
-			node: &NodeInfo{UnifiedCgroups: true, CPUs: "0", MemoryNodes: "0"}},
+			node: &container.NodeInfo{UnifiedCgroups: true, CPUs: "0", MemoryNodes: "0"}},
 		{name: "unified path", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"../memory.max": "1"}}),
-			node: &NodeInfo{UnifiedCgroups: true}, field: "config.linux.resources.unified"},
+			node: &container.NodeInfo{UnifiedCgroups: true}, field: "config.linux.resources.unified"},
 		{name: "cpuset ok", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-1", CpusetMems: "0"})},
 		{name: "cpuset beyond node", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-7"}),
 			field: "config.linux.resources.cpuset_cpus"},

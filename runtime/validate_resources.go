@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/container"
 )
 
 // Limits of the cgroup v1 files runc writes; outside them the kernel or runc refuses.
@@ -57,7 +59,7 @@ func validateResourceValues(field string, r *runtimeapi.LinuxContainerResources)
 
 // validateResources checks resources for this node: the cpusets must name online CPUs
 // and memory nodes, and unified (cgroup v2) keys need a cgroup v2 host.
-func validateResources(field string, r *runtimeapi.LinuxContainerResources, node NodeInfo) error {
+func validateResources(field string, r *runtimeapi.LinuxContainerResources, node container.NodeInfo) error {
 	if err := validateResourceValues(field, r); err != nil {
 		return err
 	}
@@ -84,7 +86,7 @@ func validateResources(field string, r *runtimeapi.LinuxContainerResources, node
 
 // validateContainerResources adds the rule that needs the whole request at create:
 // a memory+swap limit below the memory limit.
-func validateContainerResources(field string, r *runtimeapi.LinuxContainerResources, node NodeInfo) error {
+func validateContainerResources(field string, r *runtimeapi.LinuxContainerResources, node container.NodeInfo) error {
 	if err := validateResources(field, r, node); err != nil {
 		return err
 	}

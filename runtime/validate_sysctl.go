@@ -7,7 +7,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 // sysctlNameRE is the kubelet's rule for a sysctl name (k8s.io/apimachinery
@@ -53,7 +53,7 @@ func validateSysctls(linux *runtimeapi.LinuxPodSandboxConfig) error {
 		if v := sysctls[k]; strings.ContainsAny(v, "\x00\n") {
 			return invalid(f, "the value holds a NUL or newline")
 		}
-		name := sandbox.NormalizeSysctlName(k)
+		name := pod.NormalizeSysctlName(k)
 		switch sysctlNamespace(name) {
 		case "ipc":
 			if ns.GetIpc() == runtimeapi.NamespaceMode_NODE {

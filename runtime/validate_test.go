@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 func validConfig() *runtimeapi.PodSandboxConfig {
@@ -89,7 +89,7 @@ func TestValidateSandboxConfig(t *testing.T) {
 }
 
 func TestSandboxMatches(t *testing.T) {
-	sb := &sandbox.Sandbox{ID: "abcdef", CreatedAt: time.Now(), Config: &runtimeapi.PodSandboxConfig{
+	sb := pod.Pod{ID: "abcdef", CreatedAt: time.Now(), State: pod.Ready, Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p"}, Labels: map[string]string{"app": "web", "tier": "fe"}}}
 	ready := &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}
 	notReady := &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}

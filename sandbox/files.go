@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/pod"
 )
 
 // Per-pod files live in <root>/sandboxes/<id> (hostname, hosts, resolv.conf) and the
@@ -20,17 +22,9 @@ func (m *Manager) Dir(id string) string { return filepath.Join(m.opts.RootDir, "
 // stateDir is the pod's directory of runtime state.
 func (m *Manager) stateDir(id string) string { return filepath.Join(m.opts.StateDir, "sandboxes", id) }
 
-// Files are the paths of the pod's files that its containers mount.
-type Files struct {
-	Hostname, Hosts, ResolvConf string
-	// Shm is the pod's /dev/shm ("/dev/shm" itself when the pod uses the host IPC
-	// namespace).
-	Shm string
-}
-
-// Files are the paths of sb's files that its containers mount.
-func (m *Manager) Files(sb *Sandbox) Files {
-	return Files{Hostname: m.hostnamePath(sb.ID), Hosts: m.hostsPath(sb.ID), ResolvConf: m.resolvConfPath(sb.ID), Shm: m.shmPath(sb)}
+// files are the paths of sb's files that its containers mount.
+func (m *Manager) files(sb *Sandbox) pod.Files {
+	return pod.Files{Hostname: m.hostnamePath(sb.ID), Hosts: m.hostsPath(sb.ID), ResolvConf: m.resolvConfPath(sb.ID), Shm: m.shmPath(sb)}
 }
 
 // shmPath is the pod's /dev/shm, "/dev/shm" when the pod uses the host IPC namespace.

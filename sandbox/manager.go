@@ -2,18 +2,16 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
 	"github.com/shimd/shimd/network"
+	"github.com/shimd/shimd/pod"
 )
 
 // Network is what sandboxes need from pod networking.
@@ -30,19 +28,6 @@ type PauseImages interface {
 	Forget()
 }
 
-// Runtime is one runtime handler: a containerd runtime (shim) and its options.
-type Runtime struct {
-	Type        string
-	Options     any // e.g. *options.Options for io.containerd.runc.v2
-	Snapshotter string
-	// GVisor is set for gVisor's runsc shim: the pod's network stack lives in its
-	// sandbox, which runsc reaches (port forwarding).
-	GVisor *network.Runsc
-	// PauseOptional: runc's shim with an OCI runtime of the host's kernel; its pods
-	// may run without a pause container (pauseless.go).
-	PauseOptional bool
-}
-
 // Options configures a Manager.
 type Options struct {
 	Client *client.Client
@@ -53,11 +38,11 @@ type Options struct {
 	RootDir           string
 	StateDir          string
 	CgroupDriver      string
-	Runtimes          map[string]Runtime
-	DefaultRuntime    string
-	Network           Network
-	PauseImage        PauseImages
-	PauseImageRef     string
+	// Handlers are the runtime handlers (Run checks the pod's).
+	Handlers      pod.Handlers
+	Network       Network
+	PauseImage    PauseImages
+	PauseImageRef string
 	// PauseWhenNeeded: pods that need no pause container get none (sandbox.pause =
 	// "when-needed", pauseless.go).
 	PauseWhenNeeded bool
@@ -114,23 +99,36 @@ func (m *Manager) usernsPath(sb *Sandbox) string {
 	return filepath.Join(m.usernsDir(), sb.ID)
 }
 
-// Runtime resolves a runtime handler name ("" is the default).
-func (m *Manager) Runtime(handler string) (Runtime, error) {
-	if handler == "" {
-		handler = m.opts.DefaultRuntime
+// Pod returns the facts of a sandbox, found by id or unique id prefix (NotFound if
+// none).
+func (m *Manager) Pod(id string) (pod.Pod, error) {
+	sb, err := m.store.get(id)
+	if err != nil {
+		return pod.Pod{}, err
 	}
-	rt, ok := m.opts.Runtimes[handler]
-	if !ok {
-		return Runtime{}, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrInvalidArgument)
-	}
-	return rt, nil
+	return m.facts(sb), nil
 }
 
-// Get returns a sandbox by id or unique id prefix.
-func (m *Manager) Get(id string) (*Sandbox, error) { return m.store.get(id) }
+// Pods returns the facts of every sandbox, oldest first.
+func (m *Manager) Pods() []pod.Pod {
+	sbs := m.store.list()
+	out := make([]pod.Pod, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, m.facts(sb))
+	}
+	return out
+}
 
-// List returns every sandbox, oldest first.
-func (m *Manager) List() []*Sandbox { return m.store.list() }
+// facts is what sb's containers may know of it, read now.
+func (m *Manager) facts(sb *Sandbox) pod.Pod {
+	overhead, resources := sb.PodResources()
+	return pod.Pod{
+		ID: sb.ID, Name: sb.Name, Config: sb.Config, RuntimeHandler: sb.RuntimeHandler, CreatedAt: sb.CreatedAt,
+		State: sb.State(), NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
+		Pauseless: sb.Pauseless, PID: sb.PID, IPs: sb.IPs, InStore: sb.InStore,
+		Overhead: overhead, Resources: resources, Files: m.files(sb),
+	}
+}
 
 // cleanupContext is detached from any request, so a kubelet timeout never leaves half
 // a pod behind, but bounded.
@@ -149,16 +147,4 @@ func (u undoStack) run(ctx context.Context, what string) {
 			log.G(ctx).WithError(err).Warnf("undo %s", what)
 		}
 	}
-}
-
-// Snapshotters lists the runtime handlers' snapshotters, each once, sorted.
-func (m *Manager) Snapshotters() []string {
-	var out []string
-	for _, rt := range m.opts.Runtimes {
-		if !slices.Contains(out, rt.Snapshotter) {
-			out = append(out, rt.Snapshotter)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

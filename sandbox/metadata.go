@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/ctrd"
+	"github.com/shimd/shimd/pod"
 	"github.com/shimd/shimd/record"
 )
 
@@ -78,7 +80,7 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 	sb := &Sandbox{
 		ID: c.ID, Name: rec.Name, Config: cfg, RuntimeHandler: rec.RuntimeHandler,
 		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, Pauseless: rec.Pauseless,
-		state: StateNotReady,
+		state: pod.NotReady,
 	}
 	var err error
 	if sb.overhead, err = record.UnmarshalProto(rec.Overhead, newResources); err != nil {
@@ -104,7 +106,7 @@ func (m *Manager) updateRecord(ctx context.Context, sb *Sandbox, phase string) e
 	if err != nil {
 		return err
 	}
-	return record.Update(ctx, m.opts.Client.ContainerService(), sb.ID, extensionName, extensionTypeURL, rec, recordLabels(sb, phase))
+	return ctrd.Update(ctx, m.opts.Client.ContainerService(), sb.ID, extensionName, extensionTypeURL, rec, recordLabels(sb, phase))
 }
 
 func setRecord(c *containers.Container, sb *Sandbox, phase string) error {

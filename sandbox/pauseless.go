@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 
 	"github.com/containerd/containerd/v2/client"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/network"
-	"github.com/shimd/shimd/record"
+	"github.com/shimd/shimd/pod"
 )
 
 // Pause-less pods (sandbox.pause = "when-needed", CRI-O's drop_infra_ctr).
@@ -41,10 +40,10 @@ import (
 // (someone unmounted it): the kubelet then stops and recreates the pod.
 
 // pauseless tells whether a pod of this config on this runtime runs without a pause.
-func (m *Manager) pauseless(cfg *runtimeapi.PodSandboxConfig, rt Runtime) bool {
+func (m *Manager) pauseless(cfg *runtimeapi.PodSandboxConfig, rt pod.Handler) bool {
 	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	u := ns.GetUsernsOptions()
-	return m.opts.PauseWhenNeeded && rt.PauseOptional && rt.GVisor == nil &&
+	return m.opts.PauseWhenNeeded && rt.PauseOptional && rt.Dialer == nil &&
 		ns.GetPid() != runtimeapi.NamespaceMode_POD &&
 		(u == nil || u.GetMode() != runtimeapi.NamespaceMode_POD)
 }
@@ -89,7 +88,7 @@ func pinsAlive(sb *Sandbox) bool {
 
 // createRecord writes a pause-less pod's containerd container, phase "creating": no
 // snapshot, no image; the spec is the pause spec it would have had (never run).
-func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt Runtime) error {
+func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt pod.Handler) error {
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: []string{"/pause"},
 		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
@@ -98,7 +97,7 @@ func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt Runtime) err
 		return fmt.Errorf("sandbox spec: %w", err)
 	}
 	// No lease: the record holds no snapshot or content for the collector to take.
-	if err := record.CreateContainer(ctx, m.opts.Client.ContainerService(), sb.ID,
+	if err := ctrd.CreateContainer(ctx, m.opts.Client.ContainerService(), sb.ID,
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(spec),
 		withRecord(sb, PhaseCreating),
@@ -108,99 +107,16 @@ func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt Runtime) err
 	return nil
 }
 
-// pinRequest is what pinNamespaces makes: each non-empty path gets a new namespace
-// of its kind pinned there.
-type pinRequest struct {
-	NetNS, IPCNS, UTSNS string
-	// Hostname is set in the new UTS namespace; Sysctls (dotted names) are written in
-	// the new namespaces.
-	Hostname string
-	Sysctls  map[string]string
-}
-
-// pinNamespaces makes the namespaces of a pause-less pod on a locked OS thread that is
-// never unlocked (it exits with its goroutine), and pins them by bind mounts. On
-// failure nothing is left pinned.
-func pinNamespaces(req pinRequest) (err error) {
-	kinds := []struct {
-		path, ns string
-		flag     int
-	}{{req.NetNS, "net", unix.CLONE_NEWNET}, {req.IPCNS, "ipc", unix.CLONE_NEWIPC}, {req.UTSNS, "uts", unix.CLONE_NEWUTS}}
-	flags := 0
-	var made []string
-	defer func() {
-		if err != nil {
-			for _, p := range made {
-				_ = network.RemoveNetNS(p)
-			}
-		}
-	}()
-	for _, k := range kinds {
-		if k.path == "" {
-			continue
-		}
-		flags |= k.flag
-		if err := os.MkdirAll(filepath.Dir(k.path), 0o711); err != nil {
-			return fmt.Errorf("create %s namespace dir: %w", k.ns, err)
-		}
-		f, err := os.OpenFile(k.path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-		if err != nil {
-			return fmt.Errorf("create %s namespace mount point: %w", k.ns, err)
-		}
-		f.Close()
-		made = append(made, k.path)
-	}
-	if flags == 0 {
-		return nil
-	}
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread dies with this goroutine, in the pod's namespaces.
-		runtime.LockOSThread()
-		if err := unix.Unshare(flags); err != nil {
-			errc <- fmt.Errorf("unshare pod namespaces: %w", err)
-			return
-		}
-		if req.UTSNS != "" && req.Hostname != "" {
-			if err := unix.Sethostname([]byte(req.Hostname)); err != nil {
-				errc <- fmt.Errorf("set hostname %q: %w", req.Hostname, err)
-				return
-			}
-		}
-		for k, v := range req.Sysctls {
-			// Dotted name to path: '.' separates, a '/' is a dot inside a segment.
-			p := filepath.Join("/proc/sys", swapDotsSlashes(k))
-			if err := os.WriteFile(p, []byte(v), 0); err != nil {
-				errc <- fmt.Errorf("set sysctl %s: %w", k, err)
-				return
-			}
-		}
-		tid := strconv.Itoa(unix.Gettid())
-		for _, k := range kinds {
-			if k.path == "" {
-				continue
-			}
-			src := "/proc/self/task/" + tid + "/ns/" + k.ns
-			if err := unix.Mount(src, k.path, "none", unix.MS_BIND, ""); err != nil {
-				errc <- fmt.Errorf("pin %s namespace at %s: %w", k.ns, k.path, err)
-				return
-			}
-		}
-		errc <- nil
-	}()
-	return <-errc
-}
-
-// createPins makes a pause-less pod's namespaces (see pinNamespaces).
+// createPins makes a pause-less pod's namespaces (see network.Pin).
 func (m *Manager) createPins(sb *Sandbox) error {
-	req := pinRequest{NetNS: sb.NetNSPath, IPCNS: sb.IPCNSPath, UTSNS: sb.UTSNSPath, Hostname: sb.Config.GetHostname()}
+	req := network.PinRequest{NetNS: sb.NetNSPath, IPCNS: sb.IPCNSPath, UTSNS: sb.UTSNSPath, Hostname: sb.Config.GetHostname()}
 	if s := sb.Config.GetLinux().GetSysctls(); len(s) > 0 {
 		req.Sysctls = map[string]string{}
 		for k, v := range s {
-			req.Sysctls[NormalizeSysctlName(k)] = v
+			req.Sysctls[pod.NormalizeSysctlName(k)] = v
 		}
 	}
-	return pinNamespaces(req)
+	return network.Pin(req)
 }
 
 // removePins unpins a pause-less pod's IPC and UTS namespaces; missing ones are fine.
@@ -233,6 +149,6 @@ func (m *Manager) recoverPauseless(sb *Sandbox) {
 		return
 	}
 	if pinsAlive(sb) {
-		sb.state = StateReady
+		sb.state = pod.Ready
 	}
 }

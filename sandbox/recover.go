@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/shimd/shimd/network"
+	"github.com/shimd/shimd/pod"
 )
 
 // Recover rebuilds the sandbox store from containerd after a (re)start of shimd.
@@ -61,7 +62,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			continue
 		}
 		if pid, _ := m.pauseState(ctx, sb.ID); pid != 0 {
-			sb.state, sb.PID = StateReady, pid
+			sb.state, sb.PID = pod.Ready, pid
 		}
 		if sb.NetNSPath != "" {
 			if _, err := os.Stat(sb.NetNSPath); err != nil {
@@ -183,7 +184,7 @@ func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
 // removeOrphanSnapshots deletes snapshots keyed by a sandbox id with no container: a
 // Run that died inside NewContainer, between snapshot and container record.
 func (m *Manager) removeOrphanSnapshots(ctx context.Context, known map[string]bool) {
-	for _, name := range m.Snapshotters() {
+	for _, name := range m.opts.Handlers.Snapshotters() {
 		sn := m.opts.Client.SnapshotService(name)
 		var orphans []string
 		_ = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {

@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,9 +16,10 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
-	"github.com/shimd/shimd/record"
+	"github.com/shimd/shimd/pod"
 )
 
 // Run creates and starts a pod sandbox and returns its id.
@@ -31,11 +30,11 @@ import (
 // The work itself is detached from the caller's context, so a caller that gives up
 // leaves either a whole pod (handed to its retry) or nothing.
 func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (string, error) {
-	rt, err := m.Runtime(handler)
+	rt, err := m.opts.Handlers.Get(handler)
 	if err != nil {
 		return "", err
 	}
-	name := MakeName(cfg.GetMetadata())
+	name := pod.MakeName(cfg.GetMetadata())
 	r, fresh := m.store.reserve(name)
 	if fresh {
 		m.runs.Go(func() { // outlives a caller that gives up; Close waits for it
@@ -57,10 +56,10 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 //  4. network namespace
 //  5. CNI ADD and the pause task, concurrently
 //  6. record phase "created" with the pod's IPs: the sandbox is READY
-func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandboxConfig, handler string, rt Runtime) (_ *Sandbox, err error) {
+func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandboxConfig, handler string, rt pod.Handler) (_ *Sandbox, err error) {
 	sb := &Sandbox{
-		ID: NewID(), Name: name, Config: cfg, RuntimeHandler: handler,
-		CreatedAt: time.Now(), state: StateReady,
+		ID: pod.NewID(), Name: name, Config: cfg, RuntimeHandler: handler,
+		CreatedAt: time.Now(), state: pod.Ready,
 	}
 	if !sb.HostNetwork() {
 		sb.NetNSPath = network.NetNSPath(m.netnsDir(), sb.ID)
@@ -158,7 +157,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 //  3. network, IPC and UTS namespaces, with hostname and sysctls
 //  4. CNI ADD
 //  5. the running marker; record phase "created" with the pod's IPs: READY
-func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt Runtime, undo *undoStack) error {
+func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt pod.Handler, undo *undoStack) error {
 	t0 := time.Now()
 	if err := m.createRecord(ctx, sb, rt); err != nil {
 		return err
@@ -224,9 +223,9 @@ func (m *Manager) removeNamespaces(sb *Sandbox) error {
 	return errors.Join(errs...)
 }
 
-// SnapshotOpts are the options of a writable layer in the pod: with the pod's own
-// user namespace its files are remapped to the pod's host ids.
-func SnapshotOpts(sb *Sandbox) []snapshots.Opt {
+// snapshotOpts are the options of the pod's snapshot: with the pod's own user
+// namespace its files are remapped to the pod's host ids.
+func snapshotOpts(sb *Sandbox) []snapshots.Opt {
 	u := sb.UserNamespace()
 	if u == nil {
 		return nil
@@ -237,7 +236,7 @@ func SnapshotOpts(sb *Sandbox) []snapshots.Opt {
 
 // createPauseContainer writes the sandbox's containerd container, phase "creating".
 // It returns the mounts of the pod's snapshot when it prepared the snapshot itself.
-func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runtime) ([]mount.Mount, error) {
+func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.Handler) ([]mount.Mount, error) {
 	img, err := m.opts.PauseImage.Ensure(ctx, rt.Snapshotter)
 	if err != nil {
 		return nil, fmt.Errorf("pause image: %w", err)
@@ -261,7 +260,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 		client.WithSpec(spec),
 		withRecord(sb, PhaseCreating),
 	}
-	if snOpts := SnapshotOpts(sb); len(snOpts) > 0 {
+	if snOpts := snapshotOpts(sb); len(snOpts) > 0 {
 		// A pod with its own user namespace: the client resolves how its snapshot is
 		// remapped (the snapshotter's capabilities) and prepares it before the record
 		// exists, so a lease keeps it until then. shimd's labelled lease, not the
@@ -281,7 +280,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 	// containerd's garbage collector keeps the snapshot, so no lease is needed. The
 	// snapshot's parent is the cached chain id, and its mounts are kept for the
 	// task: no read of the image's content and no mounts call per pod.
-	if err := record.CreateContainer(ctx, m.opts.Client.ContainerService(), sb.ID, append(opts, record.WithSnapshotKey(rt.Snapshotter, sb.ID))...); err != nil {
+	if err := ctrd.CreateContainer(ctx, m.opts.Client.ContainerService(), sb.ID, append(opts, ctrd.WithSnapshotKey(rt.Snapshotter, sb.ID))...); err != nil {
 		return nil, fmt.Errorf("create pause container: %w", err)
 	}
 	rootfs, err := m.opts.Client.SnapshotService(rt.Snapshotter).Prepare(ctx, sb.ID, info.chainID)
@@ -300,7 +299,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt Runt
 // startTask creates and starts the pause task; it returns its pid and how long the
 // create took (the shim's start included), for the log. rootfs nil: the task's
 // mounts are read from the snapshotter.
-func (m *Manager) startTask(ctx context.Context, sb *Sandbox, rt Runtime, rootfs []mount.Mount) (uint32, time.Duration, error) {
+func (m *Manager) startTask(ctx context.Context, sb *Sandbox, rt pod.Handler, rootfs []mount.Mount) (uint32, time.Duration, error) {
 	t0 := time.Now()
 	if rootfs == nil {
 		var err error
@@ -308,11 +307,11 @@ func (m *Manager) startTask(ctx context.Context, sb *Sandbox, rt Runtime, rootfs
 			return 0, 0, fmt.Errorf("pause snapshot mounts: %w", err)
 		}
 	}
-	if _, _, err := record.NewTask(ctx, m.opts.Client.TaskService(), sb.ID, rootfs, cio.NullIO); err != nil {
+	if _, _, err := ctrd.NewTask(ctx, m.opts.Client.TaskService(), sb.ID, rootfs, cio.NullIO); err != nil {
 		return 0, 0, fmt.Errorf("create pause task: %w", err)
 	}
 	tCreate := time.Since(t0)
-	pid, err := record.StartTask(ctx, m.opts.Client.TaskService(), sb.ID)
+	pid, err := ctrd.StartTask(ctx, m.opts.Client.TaskService(), sb.ID)
 	if err != nil {
 		return 0, tCreate, fmt.Errorf("start pause task: %w", err)
 	}
@@ -384,13 +383,4 @@ type pauseImageInfo struct {
 	args, env []string
 	// chainID names the image's unpacked layers: the parent of each pod's snapshot.
 	chainID string
-}
-
-// NewID makes a random 64-hex-digit id for a sandbox or container.
-func NewID() string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return hex.EncodeToString(b)
 }

@@ -4,15 +4,15 @@
 package sandbox
 
 import (
-	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/pod"
 )
 
-// State is a sandbox's state.
+// A sandbox's state (pod.State):
 //
 //	Run ──► READY ──(pause exits / Stop)──► NOTREADY ──Remove──► (gone)
 //	         (pause-less: a pinned namespace gone / Stop)
@@ -21,19 +21,6 @@ import (
 //
 // A sandbox is in the store only once Run has finished; while Run is in flight only
 // its name is reserved.
-type State int
-
-const (
-	StateReady State = iota
-	StateNotReady
-)
-
-func (s State) String() string {
-	if s == StateReady {
-		return "READY"
-	}
-	return "NOTREADY"
-}
 
 // Sandbox is one pod sandbox. Fields other than those under mu never change after
 // Run has recorded it.
@@ -63,7 +50,7 @@ type Sandbox struct {
 	// mu guards the fields below; it is never held across I/O, so status reads and
 	// the exit handler never wait for a teardown.
 	mu      sync.Mutex
-	state   State
+	state   pod.State
 	stopped bool // Stop has torn the network down
 	// overhead and resources: the last UpdatePodSandboxResources.
 	overhead, resources *runtimeapi.LinuxContainerResources
@@ -79,18 +66,18 @@ func (s *Sandbox) PodResources() (overhead, resources *runtimeapi.LinuxContainer
 
 // State returns the current state. A pause-less pod whose pinned namespaces are gone
 // turns NOTREADY here.
-func (s *Sandbox) State() State {
+func (s *Sandbox) State() pod.State {
 	s.mu.Lock()
 	st := s.state
 	s.mu.Unlock()
-	if st == StateReady && s.Pauseless && !pinsAlive(s) { // statfs, outside mu
-		s.setState(StateNotReady)
-		return StateNotReady
+	if st == pod.Ready && s.Pauseless && !pinsAlive(s) { // statfs, outside mu
+		s.setState(pod.NotReady)
+		return pod.NotReady
 	}
 	return st
 }
 
-func (s *Sandbox) setState(st State) {
+func (s *Sandbox) setState(st pod.State) {
 	s.mu.Lock()
 	s.state = st
 	s.mu.Unlock()
@@ -110,16 +97,4 @@ func (s *Sandbox) HostNetwork() bool {
 
 // UserNamespace returns the pod's own user namespace options, or nil when the pod
 // uses the node's user namespace.
-func (s *Sandbox) UserNamespace() *runtimeapi.UserNamespace {
-	u := s.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
-	if u == nil || u.GetMode() != runtimeapi.NamespaceMode_POD {
-		return nil
-	}
-	return u
-}
-
-// MakeName is the unique name a sandbox is reserved under: the kubelet's identity of a
-// pod attempt.
-func MakeName(md *runtimeapi.PodSandboxMetadata) string {
-	return strings.Join([]string{md.GetName(), md.GetNamespace(), md.GetUid(), fmt.Sprint(md.GetAttempt())}, "_")
-}
+func (s *Sandbox) UserNamespace() *runtimeapi.UserNamespace { return pod.UserNamespace(s.Config) }

@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
+
+	"github.com/shimd/shimd/pod"
 )
 
 // containerd's sandbox store (containerd 2.x). A pod recorded there, under the id of
@@ -32,7 +34,7 @@ func (m *Manager) detectSandboxStore(ctx context.Context) error {
 }
 
 // recordInStore writes sb's record to the sandbox store; the undo removes it.
-func (m *Manager) recordInStore(ctx context.Context, sb *Sandbox, rt Runtime) (func(context.Context) error, error) {
+func (m *Manager) recordInStore(ctx context.Context, sb *Sandbox, rt pod.Handler) (func(context.Context) error, error) {
 	if !m.sandboxStore.Load() {
 		return func(context.Context) error { return nil }, nil
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
 
-	"github.com/shimd/shimd/record"
+	"github.com/shimd/shimd/ctrd"
 )
 
 // Orphaned shims. containerd runs a shim process per pod (containers of a pod share
@@ -249,7 +249,7 @@ func shimTaskIDs(s shimProc, group string, grouped bool, sandboxOf map[string]st
 func (m *Manager) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
 	ts := m.opts.Client.TaskService()
 	for _, id := range ids {
-		if !record.TaskGone(ctx, ts, id) {
+		if !ctrd.TaskGone(ctx, ts, id) {
 			return id, true
 		}
 	}

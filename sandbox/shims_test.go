@@ -52,13 +52,6 @@ func TestShimSocketName(t *testing.T) {
 			"fa815b467e02a69af443fc30eff1f24ebf742a24418673d34502afa1668c1fde"))
 }
 
-func TestCgroupDir(t *testing.T) {
-	require.Equal(t, "/shimd/id1", CgroupDir("", "id1", "cgroupfs", "shimd"))
-	require.Equal(t, "/kubepods/pod1/id1", CgroupDir("/kubepods/pod1", "id1", "cgroupfs", "shimd"))
-	require.Equal(t, "", CgroupDir("/kubepods.slice", "id1", "systemd", "shimd"))
-	require.NoError(t, RemoveCgroup(""), "no cgroup, nothing to do")
-}
-
 func TestDeletedBundle(t *testing.T) {
 	for cwd, want := range map[string]bool{
 		"/run/containerd/io.containerd.runtime.v2.task/ns/0123abc":                      false,

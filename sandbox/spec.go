@@ -3,15 +3,15 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/pod"
 )
 
 // Pause container defaults, as the kubelet and other runtimes use them.
@@ -46,42 +46,22 @@ type PauseSpecInput struct {
 	ImageName string
 }
 
-// The CRI annotations containerd's CRI plugin puts on a pod's pause container, for
-// every runtime handler (its internal/cri/annotations.DefaultCRIAnnotations with
-// sandbox=true, and the sandbox resources of podsandbox/sandbox_run_linux.go).
-// Sandboxed runtimes read them: runsc makes the pause container a new gVisor sandbox
-// (container-type "sandbox") and puts each container whose sandbox-id names it into
-// that sandbox; Kata sizes the VM from the sandbox resources.
-const (
-	AnnotationContainerType    = "io.kubernetes.cri.container-type"
-	AnnotationSandboxID        = "io.kubernetes.cri.sandbox-id"
-	AnnotationSandboxName      = "io.kubernetes.cri.sandbox-name"
-	AnnotationSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
-	AnnotationSandboxUID       = "io.kubernetes.cri.sandbox-uid"
-	AnnotationSandboxLogDir    = "io.kubernetes.cri.sandbox-log-directory"
-	AnnotationSandboxImageName = "io.kubernetes.cri.podsandbox.image-name"
-	AnnotationSandboxCPUPeriod = "io.kubernetes.cri.sandbox-cpu-period"
-	AnnotationSandboxCPUQuota  = "io.kubernetes.cri.sandbox-cpu-quota"
-	AnnotationSandboxCPUShares = "io.kubernetes.cri.sandbox-cpu-shares"
-	AnnotationSandboxMemory    = "io.kubernetes.cri.sandbox-memory"
-)
-
 func pauseAnnotations(in PauseSpecInput) map[string]string {
 	md := in.Config.GetMetadata()
 	a := map[string]string{
-		AnnotationContainerType:    "sandbox",
-		AnnotationSandboxID:        in.ID,
-		AnnotationSandboxName:      md.GetName(),
-		AnnotationSandboxNamespace: md.GetNamespace(),
-		AnnotationSandboxUID:       md.GetUid(),
-		AnnotationSandboxLogDir:    in.Config.GetLogDirectory(),
-		AnnotationSandboxImageName: in.ImageName,
+		pod.AnnotationContainerType:    "sandbox",
+		pod.AnnotationSandboxID:        in.ID,
+		pod.AnnotationSandboxName:      md.GetName(),
+		pod.AnnotationSandboxNamespace: md.GetNamespace(),
+		pod.AnnotationSandboxUID:       md.GetUid(),
+		pod.AnnotationSandboxLogDir:    in.Config.GetLogDirectory(),
+		pod.AnnotationSandboxImageName: in.ImageName,
 	}
 	if res := in.Config.GetLinux().GetResources(); res != nil {
-		a[AnnotationSandboxCPUPeriod] = strconv.FormatInt(res.GetCpuPeriod(), 10)
-		a[AnnotationSandboxCPUQuota] = strconv.FormatInt(res.GetCpuQuota(), 10)
-		a[AnnotationSandboxCPUShares] = strconv.FormatInt(res.GetCpuShares(), 10)
-		a[AnnotationSandboxMemory] = strconv.FormatInt(res.GetMemoryLimitInBytes(), 10)
+		a[pod.AnnotationSandboxCPUPeriod] = strconv.FormatInt(res.GetCpuPeriod(), 10)
+		a[pod.AnnotationSandboxCPUQuota] = strconv.FormatInt(res.GetCpuQuota(), 10)
+		a[pod.AnnotationSandboxCPUShares] = strconv.FormatInt(res.GetCpuShares(), 10)
+		a[pod.AnnotationSandboxMemory] = strconv.FormatInt(res.GetMemoryLimitInBytes(), 10)
 	}
 	return a
 }
@@ -143,25 +123,12 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 			opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.UserNamespace, Path: in.UsernsPath}))
 		}
 	}
-	if cg := CgroupPath(cfg.GetLinux().GetCgroupParent(), in.ID, in.CgroupDriver); cg != "" {
+	if cg := pod.CgroupPath(cfg.GetLinux().GetCgroupParent(), in.ID, in.CgroupDriver); cg != "" {
 		opts = append(opts, oci.WithCgroup(cg))
 	}
 
 	ctx := namespaces.WithNamespace(context.Background(), in.Namespace)
 	return oci.GenerateSpec(ctx, nil, &containers.Container{ID: in.ID}, opts...)
-}
-
-// CgroupPath is the cgroup of a sandbox or container under its parent. An empty parent
-// leaves containerd's default (/<namespace>/<id>).
-func CgroupPath(parent, id, driver string) string {
-	if parent == "" {
-		return ""
-	}
-	if driver == "systemd" {
-		// slice:prefix:name, as runc's systemd driver takes it.
-		return filepath.Base(parent) + ":shimd:" + id
-	}
-	return filepath.Join(parent, id)
 }
 
 func idMappings(m []*runtimeapi.IDMapping) []specs.LinuxIDMapping {
@@ -197,7 +164,7 @@ func withSysctls(sysctls map[string]string) oci.SpecOpts {
 			s.Linux.Sysctl = map[string]string{}
 		}
 		for k, v := range sysctls {
-			s.Linux.Sysctl[NormalizeSysctlName(k)] = v
+			s.Linux.Sysctl[pod.NormalizeSysctlName(k)] = v
 		}
 		return nil
 	}
@@ -230,29 +197,4 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-// NormalizeSysctlName turns a sysctl name with '/' separators into the dotted form
-// runc expects, as the kubelet does (k8s.io/component-helpers NormalizeName): if the
-// first separator is '/', every '/' becomes '.' and every '.' becomes '/'
-// ("net/ipv4/conf/eno2.100/rp_filter" is "net.ipv4.conf.eno2/100.rp_filter").
-func NormalizeSysctlName(name string) string {
-	i := strings.IndexAny(name, "./")
-	if i == -1 || name[i] == '.' {
-		return name
-	}
-	return swapDotsSlashes(name)
-}
-
-// swapDotsSlashes turns every '.' into '/' and every '/' into '.'.
-func swapDotsSlashes(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.':
-			return '/'
-		case '/':
-			return '.'
-		}
-		return r
-	}, s)
 }

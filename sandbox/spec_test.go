@@ -6,6 +6,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/pod"
 )
 
 func nsPath(s *specs.Spec, typ specs.LinuxNamespaceType) (string, bool) {
@@ -150,19 +152,5 @@ func TestBandwidth(t *testing.T) {
 }
 
 func TestMakeName(t *testing.T) {
-	require.Equal(t, "web_default_uid-1_2", MakeName(&runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "uid-1", Attempt: 2}))
-}
-
-func TestNormalizeSysctlName(t *testing.T) {
-	for in, want := range map[string]string{
-		"net.ipv4.ip_forward":              "net.ipv4.ip_forward",
-		"net/ipv4/ip_forward":              "net.ipv4.ip_forward",
-		"net/ipv4/conf/eno2.100/rp_filter": "net.ipv4.conf.eno2/100.rp_filter",
-		"net.ipv4.conf.eno2/100.rp_filter": "net.ipv4.conf.eno2/100.rp_filter",
-		"kernel":                           "kernel",
-	} {
-		if got := NormalizeSysctlName(in); got != want {
-			t.Errorf("NormalizeSysctlName(%q) = %q, want %q", in, got, want)
-		}
-	}
+	require.Equal(t, "web_default_uid-1_2", pod.MakeName(&runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "uid-1", Attempt: 2}))
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
-	"github.com/shimd/shimd/record"
+	"github.com/shimd/shimd/ctrd"
+	"github.com/shimd/shimd/pod"
 )
 
 // Stop kills the pause process and tears the pod's network down. It is idempotent and
@@ -33,7 +34,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	defer sb.opMu.Unlock() // serialises Stop/Remove of one sandbox; no other lock held
 	// From here on the pod is not ready: a container start racing this stop fails
 	// with FailedPrecondition, and status reads do not wait for the teardown.
-	sb.setState(StateNotReady)
+	sb.setState(pod.NotReady)
 	stopped := sb.isStopped()
 	// The pause task and the network go down concurrently: CNI DEL needs only the
 	// pinned namespace, not the process in it.
@@ -58,7 +59,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	case sb.Pauseless:
 	case stopped:
 		// Stopped before: the task was deleted then, which this call checks.
-		if taskErr = record.DeleteExitedTask(ctx, m.opts.Client.TaskService(), sb.ID); taskErr == nil {
+		if taskErr = ctrd.DeleteExitedTask(ctx, m.opts.Client.TaskService(), sb.ID); taskErr == nil {
 			m.removeCgroup(ctx, sb)
 		}
 	default:
@@ -90,7 +91,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 
 // deleteTask kills and deletes the pause task; a missing task or container is fine.
 func (m *Manager) deleteTask(ctx context.Context, id string) error {
-	if err := record.KillDeleteTask(ctx, m.opts.Client.TaskService(), id); err != nil {
+	if err := ctrd.KillDeleteTask(ctx, m.opts.Client.TaskService(), id); err != nil {
 		return fmt.Errorf("pause task: %w", err)
 	}
 	return nil
@@ -138,7 +139,7 @@ func (m *Manager) deleteContainer(ctx context.Context, id string) error {
 	// changed since) is looked up the client's way, from the record.
 	if sb, err := m.store.get(id); err == nil {
 		removed := sb.Pauseless // no snapshot
-		if rt, err := m.Runtime(sb.RuntimeHandler); err == nil && !removed {
+		if rt, err := m.opts.Handlers.Get(sb.RuntimeHandler); err == nil && !removed {
 			err := m.opts.Client.SnapshotService(rt.Snapshotter).Remove(ctx, id)
 			if err != nil && !errdefs.IsNotFound(err) {
 				return fmt.Errorf("delete snapshot of pause container %s: %w", id, err)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/shimd/shimd/pod"
 )
 
 func TestStoreReserveWaitsForFirstRun(t *testing.T) {
@@ -54,7 +56,7 @@ func TestStoreGet(t *testing.T) {
 }
 
 func TestIsID(t *testing.T) {
-	require.True(t, isID(NewID()))
+	require.True(t, isID(pod.NewID()))
 	require.False(t, isID("cni-1234"))
 	require.False(t, isID("ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789"))
 }

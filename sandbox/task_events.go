@@ -7,7 +7,8 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 
-	"github.com/shimd/shimd/record"
+	"github.com/shimd/shimd/ctrd"
+	"github.com/shimd/shimd/pod"
 )
 
 // TaskExit is told of every task or exec process that exits in shimd's namespace
@@ -18,7 +19,7 @@ func (m *Manager) TaskExit(containerID, execID string, _ uint32, _ time.Time) {
 		return
 	}
 	if sb, err := m.store.get(containerID); err == nil && sb.ID == containerID {
-		sb.setState(StateNotReady)
+		sb.setState(pod.NotReady)
 	}
 }
 
@@ -27,11 +28,11 @@ func (m *Manager) TaskExit(containerID, execID string, _ uint32, _ time.Time) {
 // that happened while the stream was down were never published.
 func (m *Manager) Resync(ctx context.Context) {
 	for _, sb := range m.store.list() {
-		if sb.Pauseless || sb.State() != StateReady {
+		if sb.Pauseless || sb.State() != pod.Ready {
 			continue // a pause-less pod's State checks its pins itself
 		}
 		if _, running := m.pauseState(ctx, sb.ID); !running {
-			sb.setState(StateNotReady)
+			sb.setState(pod.NotReady)
 		}
 	}
 }
@@ -40,7 +41,7 @@ func (m *Manager) Resync(ctx context.Context) {
 // may still be running. Errors other than not-found (containerd unreachable) count as
 // running with an unknown pid: no state is changed on a guess.
 func (m *Manager) pauseState(ctx context.Context, id string) (pid uint32, running bool) {
-	_, task, err := record.LoadTask(ctx, m.opts.Client, id)
+	_, task, err := ctrd.LoadTask(ctx, m.opts.Client, id)
 	if err != nil {
 		return 0, !errdefs.IsNotFound(err)
 	}

@@ -4,13 +4,13 @@ import (
 	"github.com/containerd/log"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/shimd/shimd/runtime"
+	"github.com/shimd/shimd/container"
 )
 
 // newCDI makes the CDI registry of config section [cdi]: a cache of the spec files in
 // cdi.spec_dirs that watches them (fsnotify) and refreshes on change, and the func that
 // stops the watch (at shutdown). nil when CDI is off.
-func newCDI(cfg CDIConfig) (runtime.CDIRegistry, func(), error) {
+func newCDI(cfg CDIConfig) (container.CDIRegistry, func(), error) {
 	if !cfg.Enabled {
 		return nil, func() {}, nil
 	}

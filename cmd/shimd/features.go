@@ -10,7 +10,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 
-	"github.com/shimd/shimd/runtime"
+	"github.com/shimd/shimd/container"
 )
 
 // runtimeFeatures asks each runtime handler's OCI runtime (`<binary> features`, binary
@@ -19,11 +19,11 @@ import (
 // pods with their own user namespace need. containerd's CRI plugin reads the same
 // document (through the shim) with the same rules. A runtime that cannot say
 // supports neither.
-func runtimeFeatures(ctx context.Context, binaries map[string]string) map[string]runtime.HandlerFeatures {
-	out := map[string]runtime.HandlerFeatures{}
+func runtimeFeatures(ctx context.Context, binaries map[string]string) map[string]container.HandlerFeatures {
+	out := map[string]container.HandlerFeatures{}
 	for name, bin := range binaries {
 		if bin == "" {
-			out[name] = runtime.HandlerFeatures{}
+			out[name] = container.HandlerFeatures{}
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -31,15 +31,15 @@ func runtimeFeatures(ctx context.Context, binaries map[string]string) map[string
 		cancel()
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("runtime", name).Info("OCI runtime reports no features: no rro mounts, no user namespaces")
-			out[name] = runtime.HandlerFeatures{}
+			out[name] = container.HandlerFeatures{}
 			continue
 		}
 		var f features.Features
 		if err := json.Unmarshal(data, &f); err != nil {
-			out[name] = runtime.HandlerFeatures{}
+			out[name] = container.HandlerFeatures{}
 			continue
 		}
-		hf := runtime.HandlerFeatures{RecursiveReadOnlyMounts: slices.Contains(f.MountOptions, "rro")}
+		hf := container.HandlerFeatures{RecursiveReadOnlyMounts: slices.Contains(f.MountOptions, "rro")}
 		if l := f.Linux; l != nil && l.MountExtensions != nil && l.MountExtensions.IDMap != nil && l.MountExtensions.IDMap.Enabled != nil {
 			hf.UserNamespaces = *l.MountExtensions.IDMap.Enabled && slices.Contains(l.Namespaces, "user")
 		}

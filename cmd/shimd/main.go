@@ -21,12 +21,15 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/log"
 
+	"github.com/shimd/shimd/container"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/nri"
+	"github.com/shimd/shimd/pod"
 	"github.com/shimd/shimd/runtime"
 	"github.com/shimd/shimd/sandbox"
 	"github.com/shimd/shimd/sandbox/pause"
+	"github.com/shimd/shimd/stats"
 	"github.com/shimd/shimd/taskevents"
 )
 
@@ -166,7 +169,7 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 		return err
 	}
 	defer w.stopCDI()
-	defer w.runtime.Close()
+	defer w.containers.Close()
 	defer w.sandboxes.Close()
 	m.reg.MustRegister(newStateCollector(w.runtime, cl.IsServing))
 	// 4.
@@ -206,11 +209,11 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 			close(recovered)
 			m.recovery.Set(d.Seconds())
 			ready(d)
-		}, w.images.Recover, w.sandboxes.Recover, w.runtime.Recover, w.sandboxes.Sweep)
+		}, w.images.Recover, w.sandboxes.Recover, w.containers.Recover, w.sandboxes.Sweep)
 	})
 	if cfg.SweepInterval > 0 {
 		bg.Go(func() {
-			sweepEvery(bgCtx, recovered, 10*time.Second, time.Duration(cfg.SweepInterval), w.runtime.SweepOrphans, w.sandboxes.SweepUnfinishedRuns)
+			sweepEvery(bgCtx, recovered, 10*time.Second, time.Duration(cfg.SweepInterval), w.containers.SweepOrphans, w.sandboxes.SweepUnfinishedRuns)
 		})
 	}
 	bg.Go(func() {
@@ -224,20 +227,26 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 }
 
 type wiring struct {
-	sandboxes *sandbox.Manager
-	runtime   *runtime.Service
-	images    *image.Service
-	nri       *nri.NRI // nil: NRI is off
-	events    *taskevents.Monitor
-	stopCDI   func() // ends the CDI spec dirs' watch
+	sandboxes  *sandbox.Manager
+	containers *container.Manager
+	runtime    *runtime.Service
+	images     *image.Service
+	nri        *nri.NRI // nil: NRI is off
+	events     *taskevents.Monitor
+	stopCDI    func() // ends the CDI spec dirs' watch
 }
 
-// The runtime service reaches sandboxes only through its interface.
-var _ runtime.PodSandboxes = (*sandbox.Manager)(nil)
+// The runtime service and the container manager reach sandboxes only through their
+// interfaces.
+var (
+	_ runtime.PodSandboxes = (*sandbox.Manager)(nil)
+	_ container.Pods       = (*sandbox.Manager)(nil)
+	_ stats.Containers     = (*container.Manager)(nil)
+)
 
 // wire builds the services from the config.
 func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, error) {
-	runtimes := map[string]sandbox.Runtime{}
+	handlerSet := pod.Handlers{ByName: map[string]pod.Handler{}, Default: cfg.DefaultRuntime}
 	snapshotters := map[string]string{"": cfg.Containerd.Snapshotter}
 	var handlers []string
 	featureBins := map[string]string{}
@@ -246,7 +255,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		if err != nil {
 			return wiring{}, err
 		}
-		runtimes[name] = rt
+		handlerSet.ByName[name] = rt
 		snapshotters[name] = rt.Snapshotter
 		featureBins[name] = featuresBinary(rc, rt)
 		handlers = append(handlers, name)
@@ -265,7 +274,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	minOOM := sandbox.OwnOOMScoreAdj(os.ReadFile)
 	sandboxes := sandbox.NewManager(sandbox.Options{
 		Client: cl, ContainerdAddress: cfg.Containerd.Address, Namespace: cfg.Containerd.Namespace,
-		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Runtimes: runtimes, DefaultRuntime: cfg.DefaultRuntime,
+		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Handlers: handlerSet,
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef, PauseWhenNeeded: cfg.Sandbox.Pause == "when-needed",
 		MinOOMScoreAdj: minOOM,
 	})
@@ -277,17 +286,23 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	if err != nil {
 		return wiring{}, err
 	}
-	var rs *runtime.Service
-	plugins, err := newNRI(cfg.NRI, cdiRegistry, func() *runtime.Service { return rs })
+	var containers *container.Manager
+	plugins, err := newNRI(cfg.NRI, cdiRegistry, func() *container.Manager { return containers })
 	if err != nil {
 		stopCDI()
 		return wiring{}, err
 	}
-	rs = runtime.New(runtime.Options{
-		Client: cl, Sandboxes: sandboxes, Network: cni, Images: images, Version: version, ConfigJSON: cfgJSON,
-		CgroupDriver: cfg.CgroupDriver, Handlers: handlers, DefaultHandler: cfg.DefaultRuntime,
-		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM,
-		Namespace: cfg.Containerd.Namespace, Node: nodeInfo(featureBins), PauseImage: pauseRef, CDI: cdiRegistry,
+	node := nodeInfo(featureBins)
+	containers = container.New(container.Options{
+		Client: cl, Pods: sandboxes, Handlers: handlerSet, Images: images,
+		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM, CDI: cdiRegistry,
+		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
+	})
+	collector := stats.New(stats.Options{Client: cl, Containers: containers, Images: images})
+	rs := runtime.New(runtime.Options{
+		Containerd: cl, Sandboxes: sandboxes, Containers: containers, Stats: collector, Network: cni,
+		Handlers: handlerSet, Node: containers.Node(), HandlerNames: handlers,
+		Version: version, ConfigJSON: cfgJSON, PauseImage: pauseRef, CgroupDriver: cfg.CgroupDriver,
 	})
 	// One event monitor for all tasks. A pause process's exit makes its sandbox
 	// NOTREADY before the runtime service publishes it; after a resubscription the
@@ -296,15 +311,15 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	deleteAbandonedLeases := func(ctx context.Context) { image.DeleteAbandonedLeases(ctx, cl.LeasesService()) }
 	events := taskevents.New(taskevents.Options{
 		Events: cl, Namespace: cfg.Containerd.Namespace,
-		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, rs.TaskExit},
-		OOM:    []taskevents.OOMHandler{rs.TaskOOM},
-		Resync: []func(context.Context){sandboxes.Resync, rs.Resync, sandboxes.SweepLive, deleteAbandonedLeases},
+		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, containers.TaskExit},
+		OOM:    []taskevents.OOMHandler{containers.TaskOOM},
+		Resync: []func(context.Context){sandboxes.Resync, containers.Resync, sandboxes.SweepLive, deleteAbandonedLeases},
 		Images: []func(){images.ImagesChanged},
 		Live:   []func(bool){images.EventsLive},
 	})
-	w := wiring{sandboxes: sandboxes, runtime: rs, images: images, events: events, stopCDI: stopCDI}
+	w := wiring{sandboxes: sandboxes, containers: containers, runtime: rs, images: images, events: events, stopCDI: stopCDI}
 	if plugins != nil {
-		rs.SetNRI(plugins)
+		containers.SetNRI(plugins)
 		w.nri = plugins
 	}
 	return w, nil
@@ -312,7 +327,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 
 // nodeInfo reads what containers' specs depend on about this node and the features
 // of each handler's OCI runtime (featureBins: handler -> binary, "" for none).
-func nodeInfo(featureBins map[string]string) runtime.NodeInfo {
+func nodeInfo(featureBins map[string]string) container.NodeInfo {
 	caps, err := cap.Current()
 	if err != nil {
 		log.L.WithError(err).Warn("read capability bounding set")
@@ -325,7 +340,7 @@ func nodeInfo(featureBins map[string]string) runtime.NodeInfo {
 	} else if _, err := os.Stat("/sys/fs/cgroup/hugetlb"); err == nil {
 		hugetlb = true
 	}
-	return runtime.NodeInfo{Capabilities: caps, UnifiedCgroups: unified, HugetlbController: hugetlb,
+	return container.NodeInfo{Capabilities: caps, UnifiedCgroups: unified, HugetlbController: hugetlb,
 		Handlers: runtimeFeatures(context.Background(), featureBins)}
 }
 

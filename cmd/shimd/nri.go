@@ -8,13 +8,13 @@ import (
 	nriapi "github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/shimd/shimd/container"
 	"github.com/shimd/shimd/nri"
-	"github.com/shimd/shimd/runtime"
 )
 
 // newNRI makes the NRI adaptation of config section [nri]; nil when NRI is off. The
-// runtime service is made after it and handed over by rs.
-func newNRI(cfg NRIConfig, cdiRegistry runtime.CDIRegistry, rs func() *runtime.Service) (*nri.NRI, error) {
+// container manager is made after it and handed over by cm.
+func newNRI(cfg NRIConfig, cdiRegistry container.CDIRegistry, cm func() *container.Manager) (*nri.NRI, error) {
 	if !cfg.Enabled {
 		log.L.Info("NRI is off (config key nri.enabled)")
 		return nil, nil
@@ -33,10 +33,10 @@ func newNRI(cfg NRIConfig, cdiRegistry runtime.CDIRegistry, rs func() *runtime.S
 		DisableConnections:  cfg.DisableConnections,
 		RegistrationTimeout: time.Duration(cfg.PluginRegistrationTimeout), RequestTimeout: time.Duration(cfg.PluginRequestTimeout),
 		State: func(ctx context.Context) ([]*nriapi.PodSandbox, []*nriapi.Container, error) {
-			return rs().NRIState(ctx)
+			return cm().NRIState(ctx)
 		},
 		Update: func(ctx context.Context, u []*nriapi.ContainerUpdate) ([]*nriapi.ContainerUpdate, error) {
-			return rs().NRIUpdate(ctx, u)
+			return cm().NRIUpdate(ctx, u)
 		},
 	})
 }

@@ -10,7 +10,7 @@ import (
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 
 	"github.com/shimd/shimd/network"
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 // RunscType is gVisor's containerd shim (containerd-shim-runsc-v1).
@@ -30,12 +30,12 @@ type runscShimOptions struct {
 // options containerd's CRI plugin gives it: a type URL and the path of its own
 // config file. A runsc handler's file is read here, so that a missing or broken one
 // stops shimd at start, naming the key.
-func handlerRuntime(cfg Config, name string, rc RuntimeConfig) (sandbox.Runtime, error) {
+func handlerRuntime(cfg Config, name string, rc RuntimeConfig) (pod.Handler, error) {
 	snap := rc.Snapshotter
 	if snap == "" {
 		snap = cfg.Containerd.Snapshotter
 	}
-	rt := sandbox.Runtime{Type: rc.Type, Snapshotter: snap}
+	rt := pod.Handler{Type: rc.Type, Snapshotter: snap}
 	if isShim(rc.Type, RuncType) {
 		rt.Options = &runcoptions.Options{BinaryName: rc.BinaryName, Root: rc.Root, SystemdCgroup: rc.SystemdCgroup}
 		// Only runc's shim running an OCI runtime of the host's kernel may run pods
@@ -49,7 +49,7 @@ func handlerRuntime(cfg Config, name string, rc RuntimeConfig) (sandbox.Runtime,
 		if err != nil {
 			return rt, fmt.Errorf("config key runtimes.%s.config_path: %w", name, err)
 		}
-		rt.GVisor = &r
+		rt.Dialer = &r
 	}
 	return rt, nil
 }
@@ -84,14 +84,16 @@ func runscOf(cfg Config, rc RuntimeConfig) (network.Runsc, error) {
 
 // featuresBinary is the OCI runtime asked for its features: runc's binary_name
 // (default runc), runsc's from its options file; none for other shims.
-func featuresBinary(rc RuntimeConfig, rt sandbox.Runtime) string {
+func featuresBinary(rc RuntimeConfig, rt pod.Handler) string {
 	switch {
 	case isShim(rc.Type, RuncType) && rc.BinaryName != "":
 		return rc.BinaryName
 	case isShim(rc.Type, RuncType):
 		return "runc"
-	case rt.GVisor != nil:
-		return rt.GVisor.Binary
+	case rt.Dialer != nil:
+		if r, ok := rt.Dialer.(*network.Runsc); ok {
+			return r.Binary
+		}
 	}
 	return ""
 }

@@ -25,7 +25,7 @@ func TestHandlerRuntime(t *testing.T) {
 		rt, err := handlerRuntime(cfg, "runc", RuntimeConfig{Type: RuncType, BinaryName: "/usr/sbin/runc", SystemdCgroup: true})
 		require.NoError(t, err)
 		require.Equal(t, &runcoptions.Options{BinaryName: "/usr/sbin/runc", SystemdCgroup: true}, rt.Options)
-		require.Nil(t, rt.GVisor)
+		require.Nil(t, rt.Dialer)
 		require.Equal(t, "overlayfs", rt.Snapshotter)
 	})
 	t.Run("pods may go without a pause on runc's shim with a host-kernel runtime only", func(t *testing.T) {
@@ -54,7 +54,7 @@ func TestHandlerRuntime(t *testing.T) {
 		require.Equal(t, &runtimeoptions.Options{TypeUrl: "io.containerd.runsc.v1.options", ConfigPath: runscToml}, rt.Options)
 		require.Equal(t, "native", rt.Snapshotter)
 		require.Equal(t, &network.Runsc{Binary: "/opt/bin/runsc", Root: "/run/gvisor/shimd",
-			Flags: []string{"--debug=true", "--platform=systrap"}, SocketDir: "/run/shimd/runsc"}, rt.GVisor)
+			Flags: []string{"--debug=true", "--platform=systrap"}, SocketDir: "/run/shimd/runsc"}, rt.Dialer)
 		require.Equal(t, "/opt/bin/runsc", featuresBinary(rc, rt))
 	})
 	t.Run("shims named by path", func(t *testing.T) {
@@ -63,13 +63,13 @@ func TestHandlerRuntime(t *testing.T) {
 		require.Equal(t, &runcoptions.Options{BinaryName: "/opt/bin/runc"}, rt.Options)
 		rt, err = handlerRuntime(cfg, "runsc", RuntimeConfig{Type: "/opt/bin/containerd-shim-runsc-v1", ConfigPath: runscToml})
 		require.NoError(t, err)
-		require.Equal(t, "/opt/bin/runsc", rt.GVisor.Binary)
+		require.Equal(t, "/opt/bin/runsc", rt.Dialer.(*network.Runsc).Binary)
 	})
 	t.Run("runsc without a file: the shim's defaults", func(t *testing.T) {
 		rt, err := handlerRuntime(cfg, "runsc", RuntimeConfig{Type: RunscType})
 		require.NoError(t, err)
-		require.Equal(t, "runsc", rt.GVisor.Binary)
-		require.Equal(t, "/run/containerd/runsc/shimd", rt.GVisor.Root)
+		require.Equal(t, "runsc", rt.Dialer.(*network.Runsc).Binary)
+		require.Equal(t, "/run/containerd/runsc/shimd", rt.Dialer.(*network.Runsc).Root)
 	})
 	t.Run("a missing runsc file names the key", func(t *testing.T) {
 		_, err := handlerRuntime(cfg, "gvisor", RuntimeConfig{Type: RunscType, ConfigPath: filepath.Join(dir, "missing.toml")})
@@ -80,7 +80,7 @@ func TestHandlerRuntime(t *testing.T) {
 		rt, err := handlerRuntime(cfg, "kata", rc)
 		require.NoError(t, err)
 		require.Equal(t, &runtimeoptions.Options{TypeUrl: "io.containerd.kata.v2.options", ConfigPath: "/etc/kata/configuration.toml"}, rt.Options)
-		require.Nil(t, rt.GVisor)
+		require.Nil(t, rt.Dialer)
 		require.Equal(t, "", featuresBinary(rc, rt))
 	})
 }

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shimd/shimd/critest/harness"
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 // A shim stuck in its own start: containerd went away after it opened the reading
@@ -32,7 +32,7 @@ func TestStuckShimIsKilled(t *testing.T) {
 	requireRoot(t)
 	env := harness.New(t, harness.Options{})
 	ns, address := env.Shimd.Namespace(), env.Containerd.Address()
-	id := sandbox.NewID()
+	id := pod.NewID()
 
 	bundle := t.TempDir()
 	require.NoError(t, unix.Mkfifo(filepath.Join(bundle, "log"), 0o700))

@@ -31,7 +31,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/sandbox"
+	"github.com/shimd/shimd/pod"
 )
 
 // CRI annotations on every container spec, as containerd's CRI plugin sets them for
@@ -39,11 +39,11 @@ import (
 // container). runsc puts a container whose sandbox-id names a pod into that pod's
 // gVisor sandbox.
 const (
-	AnnotationContainerType    = sandbox.AnnotationContainerType
-	AnnotationSandboxID        = sandbox.AnnotationSandboxID
-	AnnotationSandboxName      = sandbox.AnnotationSandboxName
-	AnnotationSandboxNamespace = sandbox.AnnotationSandboxNamespace
-	AnnotationSandboxUID       = sandbox.AnnotationSandboxUID
+	AnnotationContainerType    = pod.AnnotationContainerType
+	AnnotationSandboxID        = pod.AnnotationSandboxID
+	AnnotationSandboxName      = pod.AnnotationSandboxName
+	AnnotationSandboxNamespace = pod.AnnotationSandboxNamespace
+	AnnotationSandboxUID       = pod.AnnotationSandboxUID
 	AnnotationContainerName    = "io.kubernetes.cri.container-name"
 	AnnotationImageName        = "io.kubernetes.cri.image-name"
 

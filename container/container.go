@@ -1,0 +1,185 @@
+package container
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/runtime/spec"
+)
+
+// Container is one CRI container. Fields outside mu never change after Create.
+//
+//	CreateContainer ──► CREATED ──StartContainer──► RUNNING ──(exit / Stop)──► EXITED
+//	                       │                                                   │
+//	                       └───────────────RemoveContainer◄────────────────────┘
+//	(a RUNNING container is stopped first by RemoveContainer)
+//
+// Lock order: containerStore.mu before Container.mu; neither is held across a
+// containerd call.
+type Container struct {
+	ID        string
+	Name      string // reserved name: pod sandbox id + container name + attempt
+	SandboxID string
+	Config    *runtimeapi.ContainerConfig
+	// ImageID is the image's config digest; ImageName the reference it was created from.
+	ImageID   string
+	ImageName string
+	// ImageRef is a repo digest of the image when it has one, else ImageID.
+	ImageRef  string
+	LogPath   string // absolute; "" when the pod has no log directory
+	CreatedAt time.Time
+	// Snapshotter keeps the writable layer; StopSignal is the image's.
+	Snapshotter string
+	StopSignal  string
+	User        spec.User // resolved at create, reported in status
+
+	// statusDir holds status.json (Update writes it).
+	statusDir string
+
+	// mu guards the fields below. Only the methods in this file take it: state
+	// changes go through Update (persisted) or the small setters.
+	mu     sync.Mutex
+	status containerStatus
+	// resources are the current limits: the config's, then UpdateContainerResources'.
+	resources *runtimeapi.LinuxContainerResources
+	io        *containerIO // nil until started or after exit
+	// exited is closed (once, by closeOnce) when the container has exited and its
+	// status is final.
+	exited     chan struct{}
+	exitedOnce sync.Once
+	// oom is set when an OOM event was seen for the container's cgroup.
+	oom bool
+	// rootfs are the mounts of the writable layer, kept from its creation for the
+	// task create (rootfsKept); not after a restart of shimd (the snapshotter is
+	// asked then).
+	rootfs     []mount.Mount
+	rootfsKept bool
+}
+
+func (c *Container) setRootfs(m []mount.Mount) {
+	c.mu.Lock()
+	c.rootfs, c.rootfsKept = m, true
+	c.mu.Unlock()
+}
+
+// takeRootfs returns the kept mounts of the writable layer, if any, and forgets
+// them: a task is created once.
+func (c *Container) takeRootfs() ([]mount.Mount, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.rootfs, c.rootfsKept
+	c.rootfs, c.rootfsKept = nil, false
+	return m, ok
+}
+
+// containerStatus is the mutable part, persisted atomically beside the record so it
+// survives shimd restarts.
+type containerStatus struct {
+	State      runtimeapi.ContainerState `json:"state"`
+	Pid        uint32                    `json:"pid,omitempty"`
+	StartedAt  int64                     `json:"started_at,omitempty"`
+	FinishedAt int64                     `json:"finished_at,omitempty"`
+	ExitCode   int32                     `json:"exit_code"`
+	Reason     string                    `json:"reason,omitempty"`
+	Message    string                    `json:"message,omitempty"`
+	// Starting is set while StartContainer runs, so Remove waits and Stop is safe.
+	Starting bool `json:"-"`
+	// StartRecovered is set by recovery for a container whose StartContainer was cut
+	// short after the task started: the kubelet's retry of that call succeeds.
+	StartRecovered bool `json:"-"`
+}
+
+// Resources returns the container's current resource limits.
+func (c *Container) Resources() *runtimeapi.LinuxContainerResources {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resources != nil {
+		return c.resources
+	}
+	return c.Config.GetLinux().GetResources()
+}
+
+// Status returns a copy of the mutable status.
+func (c *Container) Status() containerStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+// Update changes the status with fn and persists it. An error from fn cancels the
+// change. A failure to persist is returned but the change stays: the status in memory
+// is what happened to the process, the file only what a restart of shimd will see.
+// Updates are serialised, so the file always holds the latest status.
+func (c *Container) Update(fn func(st *containerStatus) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.status
+	if err := fn(&st); err != nil {
+		return err
+	}
+	c.status = st
+	return writeStatus(c.statusDir, st)
+}
+
+// beginStart marks a CREATED container as starting (in memory). started is true for
+// the retry of a StartContainer that shimd's crash cut short after the task had
+// started (recovery set StartRecovered): that start succeeded.
+func (c *Container) beginStart() (started bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status.StartRecovered {
+		return true, nil
+	}
+	if c.status.State != runtimeapi.ContainerState_CONTAINER_CREATED || c.status.Starting {
+		return false, fmt.Errorf("container %s is %s, not CREATED: %w", c.ID, c.status.State, errdefs.ErrFailedPrecondition)
+	}
+	c.status.Starting = true
+	return false, nil
+}
+
+// setStarting sets the in-memory Starting flag (not persisted).
+func (c *Container) setStarting(v bool) {
+	c.mu.Lock()
+	c.status.Starting = v
+	c.mu.Unlock()
+}
+
+// IO returns the container's IO, nil before start and after exit.
+func (c *Container) IO() *containerIO {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.io
+}
+
+func (c *Container) setIO(cio *containerIO) {
+	c.mu.Lock()
+	c.io = cio
+	c.mu.Unlock()
+}
+
+// markOOM remembers an OOM kill, reported as the reason of the exit.
+func (c *Container) markOOM() {
+	c.mu.Lock()
+	c.oom = true
+	c.mu.Unlock()
+}
+
+// exitInputs returns what finishing the container needs: whether it has exited
+// already, its IO and whether it was OOM-killed.
+func (c *Container) exitInputs() (exited bool, cio *containerIO, oom bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED, c.io, c.oom
+}
+
+// setResources records the limits of an UpdateContainerResources.
+func (c *Container) setResources(res *runtimeapi.LinuxContainerResources) {
+	c.mu.Lock()
+	c.resources = res
+	c.mu.Unlock()
+}

@@ -1,0 +1,336 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/ctrd"
+	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/pod"
+	"github.com/shimd/shimd/runtime/spec"
+)
+
+// CreateContainer creates a container in a READY pod.
+//
+//  1. the sandbox must be READY (else FailedPrecondition); the CDI devices asked
+//     for must resolve (else InvalidArgument); reserve the name
+//  2. resolve the image locally (never pull; absent -> NotFound)
+//  3. prepare the writable layer; resolve the user in it
+//  4. build the OCI spec (a pure function, package spec); inject CDI devices (cdi.go);
+//     NRI plugins adjust it (nri.go)
+//  5. containerd container with the record; status CREATED
+func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+	cfg := req.GetConfig()
+	sb, err := s.opts.Pods.Pod(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkCDI(cfg); err != nil {
+		return nil, err
+	}
+	if sb.State != pod.Ready {
+		return nil, fmt.Errorf("sandbox %s is not ready: %w", sb.ID, errdefs.ErrFailedPrecondition)
+	}
+	name := sb.ID + "_" + cfg.GetMetadata().GetName() + "_" + fmt.Sprint(cfg.GetMetadata().GetAttempt())
+	if err := s.containers.reserve(name); err != nil {
+		if c := s.containers.retried(name, cfg); c != nil {
+			// The kubelet's retry of a create that finished after it gave up (or
+			// before shimd restarted): the container that call made.
+			return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
+		}
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			s.containers.release(name)
+		}
+	}()
+	img, err := s.opts.Images.Find(ctx, cfg.GetImage().GetImage())
+	if err != nil {
+		return nil, err
+	}
+	rt, err := s.opts.Handlers.Get(sb.RuntimeHandler)
+	if err != nil {
+		return nil, err
+	}
+	logPath, err := containerLogPath(sb.Config.GetLogDirectory(), cfg.GetLogPath())
+	if err != nil {
+		return nil, err
+	}
+	id := newContainerID()
+	s.creating.Store(id, true) // SweepOrphans leaves it alone; after containers.add below
+	defer s.creating.Delete(id)
+	c := &Container{
+		ID: id, statusDir: s.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
+		ImageName: cfg.GetImage().GetImage(), ImageRef: imageRef(img), LogPath: logPath,
+		CreatedAt: time.Now(), Snapshotter: rt.Snapshotter, StopSignal: img.Config.Config.StopSignal,
+		exited: make(chan struct{}),
+	}
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID).WithField("sandbox", sb.ID))
+	cctx, cancel := s.detachedContext(ctx)
+	defer cancel()
+	st := newSteps()
+	if err := s.createContainer(cctx, c, sb, img, rt, st); err != nil {
+		// Plugins that saw it created hear it is gone.
+		s.nriContainerEvent(cctx, api.Event_REMOVE_CONTAINER, c)
+		return nil, err
+	}
+	s.containers.add(c)
+	log.G(ctx).WithField("steps", st).Info("container created")
+	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	s.nriContainerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)
+	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
+}
+
+func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, st *steps) (retErr error) {
+	sn := s.ctrd.SnapshotService(rt.Snapshotter)
+	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
+	prepare := func(ctx context.Context) ([]mount.Mount, error) {
+		// The image's layers are nearly always unpacked for the snapshotter: prepare
+		// first, and unpack only when the parent is missing.
+		mounts, err := sn.Prepare(ctx, c.ID, parent, snapshotOpts(sb)...)
+		if errdefs.IsNotFound(err) {
+			if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
+				return nil, err
+			}
+			mounts, err = sn.Prepare(ctx, c.ID, parent, snapshotOpts(sb)...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("prepare writable layer: %w", err)
+		}
+		return mounts, nil
+	}
+	defer func() {
+		if retErr != nil {
+			cctx, cancel := s.detachedContext(ctx)
+			defer cancel()
+			if err := sn.Remove(cctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).Warn("undo writable layer")
+			}
+		}
+	}()
+	// The user comes from the image's /etc/passwd and /etc/group, read from the
+	// writable layer of the image's first container and kept by chain id.
+	db := s.userDBs.get(parent)
+	var mounts []mount.Mount
+	prepared := db == nil
+	if prepared {
+		// The layer has to exist before the record that names it: a lease keeps it
+		// from containerd's garbage collector until then.
+		lctx, done, err := image.WithLease(ctx, s.ctrd, "container")
+		if err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		defer done(context.WithoutCancel(lctx))
+		ctx = lctx
+		if mounts, err = prepare(ctx); err != nil {
+			return err
+		}
+		if err := mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
+			db, err = spec.ReadUserDB(root)
+			return err
+		}); err != nil {
+			return fmt.Errorf("resolve user: %w", err)
+		}
+		s.userDBs.put(parent, db)
+		st.done("snapshot+passwd")
+	}
+	user, err := db.Resolve(c.Config.GetLinux().GetSecurityContext(), img.Config.Config.User)
+	if err != nil {
+		return fmt.Errorf("resolve user: %w", err)
+	}
+	c.User = user
+	st.done("user")
+	withVolumes, err := s.mountImageVolumes(ctx, c, sb, rt.Snapshotter)
+	if err != nil {
+		return err
+	}
+	c.Config = withVolumes
+	ociSpec, err := s.containerSpec(ctx, c, sb, img, user)
+	if err != nil {
+		return err
+	}
+	st.done("volumes+spec")
+	opts := []client.NewContainerOpts{
+		ctrd.WithSnapshotKey(rt.Snapshotter, c.ID),
+		client.WithImageName(img.Records[0]),
+		client.WithRuntime(rt.Type, rt.Options),
+		client.WithSpec(ociSpec),
+		withContainerRecord(c, img.Target.Digest.String()),
+	}
+	if sb.InStore {
+		// containerd loads the task into the pod's running shim (sandbox_store.go).
+		opts = append(opts, client.WithSandbox(sb.ID))
+	}
+	if err := ctrd.CreateContainer(ctx, s.ctrd.ContainerService(), c.ID, opts...); err != nil {
+		return fmt.Errorf("create containerd container: %w", err)
+	}
+	st.done("container")
+	if !prepared {
+		// The record names the layer before it exists: containerd's garbage collector
+		// keeps it from its creation on, without a lease.
+		if mounts, err = prepare(ctx); err != nil {
+			cctx, cancel := s.detachedContext(ctx)
+			defer cancel()
+			if derr := s.ctrd.ContainerService().Delete(cctx, c.ID); derr != nil && !errdefs.IsNotFound(derr) {
+				log.G(ctx).WithError(derr).Warn("undo containerd container")
+			}
+			return err
+		}
+		st.done("snapshot")
+	}
+	c.setRootfs(mounts)
+	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
+		cctx, cancel := s.detachedContext(ctx)
+		defer cancel()
+		_ = s.deleteContainerd(cctx, c)
+		return fmt.Errorf("write container status: %w", err)
+	}
+	st.done("status")
+	return nil
+}
+
+// userDBCache keeps the user databases of images by chain id (see spec.UserDB), at
+// most userDBCacheSize of them: a node's images, as a rule.
+type userDBCache struct {
+	mu  sync.Mutex
+	dbs map[string]*spec.UserDB
+}
+
+const userDBCacheSize = 256
+
+func (u *userDBCache) get(chainID string) *spec.UserDB {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.dbs[chainID]
+}
+
+func (u *userDBCache) put(chainID string, db *spec.UserDB) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.dbs == nil || len(u.dbs) >= userDBCacheSize {
+		u.dbs = map[string]*spec.UserDB{} // start again: reading one costs a mount
+	}
+	u.dbs[chainID] = db
+}
+
+// containerSpec gathers the inputs of the pure spec builder.
+func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, user spec.User) (*specs.Spec, error) {
+	files := sb.Files
+	in := spec.Input{
+		ID: c.ID, Namespace: s.opts.Namespace, SandboxID: sb.ID, Config: c.Config, SandboxConfig: sb.Config,
+		Image: img.Config.Config, ImageName: c.ImageName, User: user,
+		SandboxPID: sb.PID, NetNSPath: sb.NetNSPath, Pauseless: sb.Pauseless, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
+		HostnamePath: files.Hostname, HostsPath: files.Hosts, ResolvConfPath: files.ResolvConf, ShmPath: files.Shm,
+		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj,
+		CgroupsPath:             pod.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
+		RecursiveReadOnlyMounts: s.opts.Node.Handlers[handlerName(sb.RuntimeHandler, s.opts.Handlers.Default)].RecursiveReadOnlyMounts,
+	}
+	if ns := c.Config.GetLinux().GetSecurityContext().GetNamespaceOptions(); ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
+		target, err := s.containers.get(ns.GetTargetId())
+		if err != nil {
+			return nil, fmt.Errorf("target container of the pid namespace: %w", err)
+		}
+		if in.TargetPID = target.Status().Pid; in.TargetPID == 0 || target.Status().State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return nil, fmt.Errorf("target container %s is not running: %w", target.ID, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if in.SandboxPID == 0 && !sb.Pauseless {
+		return nil, fmt.Errorf("sandbox %s has no running pause process: %w", sb.ID, errdefs.ErrFailedPrecondition)
+	}
+	if err := s.loadSpecFiles(ctx, c, &in); err != nil {
+		return nil, err
+	}
+	ociSpec, err := spec.Container(in)
+	if err != nil {
+		return nil, fmt.Errorf("container spec: %w", err)
+	}
+	if err := s.injectCDI(ociSpec, c.Config); err != nil {
+		return nil, err
+	}
+	if err := s.nriAdjust(ctx, c, sb, ociSpec); err != nil {
+		return nil, err
+	}
+	return ociSpec, nil
+}
+
+// ensureUnpacked unpacks the image for the snapshotter if its layers are not there.
+func (s *Manager) ensureUnpacked(ctx context.Context, img *image.Image, snapshotter, chainID string) error {
+	if _, err := s.ctrd.SnapshotService(snapshotter).Stat(ctx, chainID); err == nil {
+		return nil
+	}
+	ci, err := s.ctrd.GetImage(ctx, img.Records[0])
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.ID, err)
+	}
+	if err := ci.Unpack(ctx, snapshotter); err != nil {
+		if errdefs.IsNotFound(err) {
+			// shimd keeps pulled layers only unpacked (see image.streamUnpacker).
+			return fmt.Errorf("image %s is not unpacked for snapshotter %s and its layers are not stored: "+
+				"pull it with this runtime handler: %w", img.ID, snapshotter, errdefs.ErrFailedPrecondition)
+		}
+		return fmt.Errorf("unpack image %s for %s: %w", img.ID, snapshotter, err)
+	}
+	return nil
+}
+
+// containerLogPath joins the pod's log directory and the container's log path,
+// refusing a path that escapes the directory.
+func containerLogPath(dir, rel string) (string, error) {
+	if rel == "" {
+		return "", nil
+	}
+	if dir == "" {
+		return "", invalid("config.log_path", "set, but the pod has no log_directory")
+	}
+	if filepath.IsAbs(rel) {
+		return "", invalid("config.log_path", "%q must be relative to the pod's log directory", rel)
+	}
+	p := filepath.Join(dir, rel)
+	if !strings.HasPrefix(p, filepath.Clean(dir)+string(filepath.Separator)) {
+		return "", invalid("config.log_path", "%q escapes the pod's log directory", rel)
+	}
+	return p, nil
+}
+
+// imageRef is what the kubelet shows as the image: a repo digest, else the id.
+func imageRef(img *image.Image) string {
+	if len(img.RepoDigests) > 0 {
+		return img.RepoDigests[0]
+	}
+	return img.ID
+}
+
+func handlerName(h, def string) string {
+	if h == "" {
+		return def
+	}
+	return h
+}
+
+func newContainerID() string { return pod.NewID() }
+
+// snapshotOpts are the options of a writable layer in the pod: with the pod's own
+// user namespace its files are remapped to the pod's host ids.
+func snapshotOpts(p pod.Pod) []snapshots.Opt {
+	u := p.UserNamespace()
+	if u == nil {
+		return nil
+	}
+	um, gm := u.GetUids()[0], u.GetGids()[0]
+	return []snapshots.Opt{client.WithRemapperLabels(0, um.GetHostId(), 0, gm.GetHostId(), um.GetLength())}
+}

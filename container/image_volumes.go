@@ -1,0 +1,212 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/continuity/fs"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/image-spec/identity"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/pod"
+)
+
+// Image volumes (CRI Mount.image, the kubelet's ImageVolume feature): an image the
+// kubelet has pulled is mounted read-only into a container. Each image is mounted
+// once per pod, at <state>/image-volumes/<sandbox>/<manifest digest>, from a
+// read-only view snapshot keyed imageVolumePrefix<sandbox>/<manifest digest> and
+// labelled as a garbage-collection root; the container bind-mounts it (or a
+// directory in it). RemovePodSandbox unmounts and removes them; recovery removes
+// those of pods that are gone.
+const (
+	imageVolumeDirName = "image-volumes"
+	imageVolumePrefix  = "shimd-imagevolume/"
+)
+
+func (s *Manager) imageVolumeDir(sandboxID string) string {
+	return filepath.Join(s.opts.StateDir, imageVolumeDirName, sandboxID)
+}
+
+// mountImageVolumes mounts the images c's config mounts as volumes and returns the
+// config with those mounts' host paths set to them; other mounts are unchanged.
+func (s *Manager) mountImageVolumes(ctx context.Context, c *Container, sb pod.Pod, snapshotter string) (*runtimeapi.ContainerConfig, error) {
+	cfg := c.Config
+	for i, m := range c.Config.GetMounts() {
+		if m.GetImage() == nil {
+			continue
+		}
+		field := fmt.Sprintf("config.mounts[%d]", i)
+		if m.GetHostPath() != "" {
+			return nil, invalid(field+".host_path", "must be empty for an image volume")
+		}
+		if !m.GetReadonly() {
+			return nil, invalid(field+".readonly", "must be true: an image volume is read-only")
+		}
+		if sb.UserNamespace() != nil {
+			return nil, fmt.Errorf("%s: image volumes in a pod with its own user namespace are not supported: %w", field, errdefs.ErrNotImplemented)
+		}
+		img, err := s.opts.Images.Find(ctx, m.GetImage().GetImage())
+		if err != nil {
+			return nil, fmt.Errorf("%s.image: %w", field, err)
+		}
+		target, err := s.imageVolume(ctx, sb.ID, img, snapshotter)
+		if err != nil {
+			return nil, fmt.Errorf("%s: image volume %s: %w", field, m.GetImage().GetImage(), err)
+		}
+		if sub := m.GetImageSubPath(); sub != "" {
+			if target, err = imageSubPath(target, sub); err != nil {
+				return nil, invalid(field+".image_sub_path", "%q %v", sub, err)
+			}
+		}
+		if cfg == c.Config {
+			cfg = proto.Clone(c.Config).(*runtimeapi.ContainerConfig)
+		}
+		cfg.Mounts[i].HostPath = target
+	}
+	return cfg, nil
+}
+
+// imageVolume mounts img for sandboxID unless it is mounted, and returns where.
+func (s *Manager) imageVolume(ctx context.Context, sandboxID string, img *image.Image, snapshotter string) (string, error) {
+	target := filepath.Join(s.imageVolumeDir(sandboxID), img.Target.Digest.Encoded())
+	s.volumeMu.Lock() // mounting is rare: one at a time
+	defer s.volumeMu.Unlock()
+	if mounted, err := mountinfo.Mounted(target); err == nil && mounted {
+		return target, nil
+	}
+	chainID := identity.ChainID(img.Config.RootFS.DiffIDs).String()
+	if len(img.Config.RootFS.DiffIDs) > 0 {
+		if err := s.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
+			return "", err
+		}
+	} else {
+		chainID = ""
+	}
+	// The directory first: a view snapshot never exists without it, so removal can
+	// find every view from the directory alone.
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return "", err
+	}
+	sn := s.opts.Client.SnapshotService(snapshotter)
+	key := imageVolumeKey(sandboxID, img.Target.Digest.Encoded())
+	mounts, err := sn.View(ctx, key, chainID, snapshots.WithLabels(map[string]string{
+		"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339),
+	}))
+	if errdefs.IsAlreadyExists(err) {
+		mounts, err = sn.Mounts(ctx, key)
+	}
+	if err != nil {
+		return "", fmt.Errorf("view snapshot: %w", err)
+	}
+	if err := mount.All(mounts, target); err != nil {
+		return "", fmt.Errorf("mount: %w", err)
+	}
+	log.G(ctx).WithField("image", img.ID).WithField("path", target).Info("image volume mounted")
+	return target, nil
+}
+
+// imageSubPath is the directory sub inside the mounted image root, which it may not
+// leave: no ".." element, and symbolic links are resolved inside root.
+func imageSubPath(root, sub string) (string, error) {
+	if filepath.IsAbs(sub) {
+		return "", errors.New("is not relative")
+	}
+	for _, part := range strings.Split(sub, "/") {
+		if part == ".." {
+			return "", errors.New("has a '..' element") // as Kubernetes validates a subPath
+		}
+	}
+	p, err := fs.RootPath(root, sub)
+	if err != nil {
+		return "", err
+	}
+	if p != root && !strings.HasPrefix(p, root+string(filepath.Separator)) {
+		return "", errors.New("leaves the image")
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", errors.New("is not in the image")
+	}
+	if !st.IsDir() {
+		return "", errors.New("is not a directory")
+	}
+	return p, nil
+}
+
+func imageVolumeKey(sandboxID, digest string) string {
+	return imageVolumePrefix + sandboxID + "/" + digest
+}
+
+// removeImageVolumes unmounts and removes the image volumes of sandboxID: each
+// directory under its volume directory, with the view snapshot of the same name.
+func (s *Manager) removeImageVolumes(ctx context.Context, sandboxID, snapshotter string) error {
+	dir := s.imageVolumeDir(sandboxID)
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sn := s.opts.Client.SnapshotService(snapshotter)
+	for _, e := range entries {
+		target := filepath.Join(dir, e.Name())
+		if err := mount.UnmountAll(target, 0); err != nil {
+			return fmt.Errorf("unmount image volume %s: %w", target, err)
+		}
+		if err := sn.Remove(ctx, imageVolumeKey(sandboxID, e.Name())); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove image volume snapshot: %w", err)
+		}
+		if err := os.Remove(target); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// sweepImageVolumes, at recovery, removes the image volumes of pods that no longer
+// exist (a RemovePodSandbox interrupted by a crash), and view snapshots whose
+// directory is gone (the state directory does not survive a reboot; neither do the
+// mounts, so such a view serves nothing and is made again when asked for).
+func (s *Manager) sweepImageVolumes(ctx context.Context) {
+	base := filepath.Join(s.opts.StateDir, imageVolumeDirName)
+	entries, _ := os.ReadDir(base)
+	for _, sn := range s.opts.Handlers.Snapshotters() {
+		for _, e := range entries {
+			if _, err := s.opts.Pods.Pod(e.Name()); err != nil {
+				if err := s.removeImageVolumes(ctx, e.Name(), sn); err != nil {
+					log.G(ctx).WithError(err).WithField("sandbox", e.Name()).Warn("remove image volumes of a removed pod")
+				}
+			}
+		}
+		var stale []string
+		_ = s.opts.Client.SnapshotService(sn).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+			if rest, ok := strings.CutPrefix(info.Name, imageVolumePrefix); ok {
+				if _, err := os.Stat(filepath.Join(base, rest)); os.IsNotExist(err) {
+					stale = append(stale, info.Name)
+				}
+			}
+			return nil
+		})
+		for _, key := range stale {
+			if err := s.opts.Client.SnapshotService(sn).Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).WithField("snapshot", key).Warn("remove stale image volume snapshot")
+			}
+		}
+	}
+}

@@ -1,0 +1,168 @@
+// Package container is shimd's container manager: it creates, starts, stops and
+// removes the containers of pods (one containerd container each, with a task in the
+// pod's shim), copies their output to the CRI log, records their exits, serves exec,
+// attach and ExecSync, and rebuilds its store after a restart (recover.go). It mirrors
+// package sandbox's Manager; all it knows of a pod are the facts of package pod.
+package container
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+
+	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/pod"
+)
+
+// Pods finds the pods containers run in: *sandbox.Manager.
+type Pods interface {
+	// Pod returns a pod's facts by id or unique id prefix (NotFound if none).
+	Pod(id string) (pod.Pod, error)
+	// Pods returns the facts of every pod, oldest first.
+	Pods() []pod.Pod
+}
+
+// containerdAPI is the part of the containerd client that creating, starting and
+// deleting a container use: *client.Client, or a fake in the unit tests.
+type containerdAPI interface {
+	WithLease(ctx context.Context, opts ...leases.Opt) (context.Context, func(context.Context) error, error)
+	SnapshotService(snapshotter string) snapshots.Snapshotter
+	GetImage(ctx context.Context, ref string) (client.Image, error)
+	LoadContainer(ctx context.Context, id string) (client.Container, error)
+	TaskService() tasks.TasksClient
+	ContainerService() containers.Store
+}
+
+// Images is what containers need from the image service.
+type Images interface {
+	Find(ctx context.Context, ref string) (*image.Image, error)
+	// SnapshotterRoot is where a snapshotter keeps its data (the writable layers' fs).
+	SnapshotterRoot(ctx context.Context, snapshotter string) (string, error)
+}
+
+// Options configures a Manager.
+type Options struct {
+	Client *client.Client
+	Pods   Pods
+	// Handlers are the runtime handlers pods run on.
+	Handlers pod.Handlers
+	Images   Images
+	// RootDir keeps container status files; StateDir the stdio FIFOs.
+	RootDir  string
+	StateDir string
+	// MinOOMScoreAdj is shimd's own oom_score_adj; no container gets less.
+	MinOOMScoreAdj int
+	// NRI relays to NRI plugins; nil: NRI is off (config key nri.enabled).
+	NRI NRIPlugins
+	// CDI resolves CDI devices; nil: CDI is off (config key cdi.enabled).
+	CDI CDIRegistry
+	// Namespace is shimd's containerd namespace.
+	Namespace string
+	// Node is what shimd learned about the node at start.
+	Node NodeInfo
+	// CgroupDriver is "cgroupfs" or "systemd".
+	CgroupDriver string
+	// CleanupTimeout bounds the work detached from a request (create, start and
+	// remove of a container). Zero: 2 minutes.
+	CleanupTimeout time.Duration
+}
+
+// NodeInfo describes the node, read once at start (see cmd/shimd).
+type NodeInfo struct {
+	// Capabilities is the bounding set shimd can hand out (privileged, "ALL").
+	Capabilities []string
+	// UnifiedCgroups: the host runs cgroup v2 only.
+	UnifiedCgroups bool
+	// HugetlbController: the hugetlb cgroup controller exists.
+	HugetlbController bool
+	// CPUs and MemoryNodes are the node's online CPUs and memory nodes as cpuset
+	// lists ("0-3"); New reads them from sysfs when empty.
+	CPUs, MemoryNodes string
+	// Handlers holds what each runtime handler's OCI runtime supports.
+	Handlers map[string]HandlerFeatures
+}
+
+// HandlerFeatures are the optional features of one runtime handler.
+type HandlerFeatures struct {
+	RecursiveReadOnlyMounts bool
+	UserNamespaces          bool
+}
+
+// Manager runs containers. It is safe for concurrent use.
+type Manager struct {
+	opts       Options
+	ctrd       containerdAPI // opts.Client
+	containers *containerStore
+	events     eventHub       // GetContainerEvents subscribers
+	volumeMu   sync.Mutex     // held while an image volume is mounted
+	nriStopped sync.Map       // pod ids whose stop NRI plugins were told of
+	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
+	creating   sync.Map       // ids of containers whose CreateContainer is in progress
+	userDBs    userDBCache    // images' /etc/passwd and /etc/group, by chain id
+	// unknownBefore are the containerd containers the last SweepOrphans found
+	// unknown (only SweepOrphans, one at a time, uses it).
+	unknownBefore map[string]bool
+}
+
+// New makes the container manager; call Recover before serving.
+func New(opts Options) *Manager {
+	if opts.Node.CPUs == "" {
+		opts.Node.CPUs = readOnlineSet("/sys/devices/system/cpu/online", "0")
+	}
+	if opts.Node.MemoryNodes == "" {
+		opts.Node.MemoryNodes = readOnlineSet("/sys/devices/system/node/online", "0")
+	}
+	if opts.CleanupTimeout == 0 {
+		opts.CleanupTimeout = 2 * time.Minute
+	}
+	return &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore()}
+}
+
+// Node is what the manager knows of the node (CPUs and memory nodes filled in).
+func (s *Manager) Node() NodeInfo { return s.opts.Node }
+
+// Close is for shutdown, after the server and the event monitor stopped: it waits for
+// the exits being recorded and stops copying the output of running containers. Their
+// FIFOs stay, and the next shimd reattaches to them (Recover), as after a crash.
+func (s *Manager) Close() {
+	s.finishing.Wait()
+	var copying []*containerIO
+	for _, c := range s.containers.list() {
+		if cio := c.IO(); cio != nil {
+			cio.detach()
+			copying = append(copying, cio)
+		}
+	}
+	timeout := time.After(ioDrainTimeout)
+	for _, cio := range copying {
+		select {
+		case <-cio.done:
+		case <-timeout:
+			return
+		}
+	}
+}
+
+// detachedContext is detached from the request (keeping its values) and bounded by
+// the cleanup timeout: work that must not be left half done runs under it.
+func (s *Manager) detachedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
+}
+
+// readOnlineSet reads a sysfs list of online CPUs or memory nodes; def when the file
+// is missing (a kernel without NUMA has no node directory: node 0 only).
+func readOnlineSet(path, def string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return def
+	}
+	return strings.TrimSpace(string(data))
+}

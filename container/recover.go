@@ -1,0 +1,191 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/ctrd"
+	"github.com/shimd/shimd/record"
+)
+
+// Recover rebuilds the container store after a (re)start of shimd. Sandboxes must
+// have been recovered first.
+//
+// Assumptions:
+//   - every container is a containerd container in shimd's namespace labelled
+//     io.shimd.kind=container with an io.shimd.container extension, written once by
+//     CreateContainer; its status file (<root>/containers/<id>/status.json) is
+//     written right after. A container without a status file never finished
+//     CreateContainer and is deleted.
+//   - a container whose sandbox is gone is an orphan of an interrupted
+//     RemovePodSandbox and is deleted.
+//   - a task that still runs is adopted: its FIFOs are reopened and output goes on
+//     into the CRI log. A task that stopped while shimd was away is finished with its
+//     exit status; a RUNNING container without a task exited unseen (code 255).
+func (s *Manager) Recover(ctx context.Context) error {
+	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", record.LabelKind, record.KindContainer))
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	for _, rec := range list {
+		c, err := decodeContainerRecord(rec)
+		if err != nil {
+			log.G(ctx).WithError(err).WithField("container", rec.ID).Error("unreadable container record: left in place")
+			continue
+		}
+		st, err := s.readStatus(c.ID)
+		_, sbErr := s.opts.Pods.Pod(c.SandboxID)
+		if err != nil || sbErr != nil {
+			log.G(ctx).WithField("container", c.ID).Info("removing container whose creation or pod removal was interrupted")
+			if err := s.deleteContainerd(ctx, c); err != nil {
+				log.G(ctx).WithError(err).Warn("remove orphaned container")
+			}
+			os.RemoveAll(s.containerDir(c.ID))
+			continue
+		}
+		st.Starting = false
+		c.status, c.statusDir = st, s.containerDir(c.ID) // not shared yet
+		s.containers.add(c)
+		switch st.State {
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			closeOnce(c)
+		case runtimeapi.ContainerState_CONTAINER_RUNNING, runtimeapi.ContainerState_CONTAINER_CREATED:
+			s.adopt(ctx, c)
+		}
+	}
+	s.removeOrphanDirs(ctx)
+	s.sweepImageVolumes(ctx)
+	return nil
+}
+
+// adopt reattaches to a container's task, or finishes it when it is gone. A CREATED
+// container has a task only when shimd died inside StartContainer: a task that was
+// created but not started is deleted (the container is CREATED again, and the
+// kubelet's retry starts it); one that started makes the container RUNNING (or
+// EXITED), and the retry succeeds.
+func (s *Manager) adopt(ctx context.Context, c *Container) {
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
+	cc, task, err := ctrd.LoadTask(ctx, s.opts.Client, c.ID)
+	if cc != nil && errdefs.IsNotFound(err) {
+		if c.Status().State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			s.finish(ctx, c, 255, time.Now())
+		}
+		return
+	}
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("load task")
+		return
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("read task state")
+		return
+	}
+	created := c.Status().State == runtimeapi.ContainerState_CONTAINER_CREATED
+	switch {
+	case created && st.Status == client.Created:
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).Warn("delete the task of an interrupted start")
+		}
+		os.RemoveAll(s.fifoDir(c.ID))
+		log.G(ctx).Info("interrupted start undone: the container is CREATED")
+		return
+	case created:
+		_ = c.Update(func(st *containerStatus) error {
+			st.State, st.Pid, st.StartedAt = runtimeapi.ContainerState_CONTAINER_RUNNING, task.Pid(), time.Now().UnixNano()
+			st.StartRecovered = true
+			return nil
+		})
+		log.G(ctx).Info("interrupted start had started the task: the container is RUNNING")
+	}
+	if st.Status == client.Stopped {
+		s.finish(ctx, c, st.ExitStatus, st.ExitTime)
+		return
+	}
+	var logf *logFile
+	if c.LogPath != "" {
+		logf, _ = openLog(c.LogPath)
+	}
+	_, err = cc.Task(ctx, func(fifos *cio.FIFOSet) (cio.IO, error) {
+		cio, err := attachIO(ctx, fifos, logf)
+		if err != nil {
+			return nil, err
+		}
+		c.setIO(cio)
+		return cio.dio, nil
+	})
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("reattach container IO")
+		if logf != nil {
+			logf.Close()
+		}
+	}
+}
+
+// removeOrphanDirs deletes status and FIFO directories of containers that are gone.
+func (s *Manager) removeOrphanDirs(ctx context.Context) {
+	for _, dir := range []string{filepath.Join(s.opts.RootDir, containerDirName), filepath.Join(s.opts.StateDir, containerFIFODirName)} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if _, err := s.containers.get(e.Name()); err == nil {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				log.G(ctx).WithError(err).Warn("remove orphaned container dir")
+			}
+		}
+	}
+}
+
+// SweepOrphans runs while shimd serves (sweep_interval): it deletes the containerd
+// containers of kind container that shimd does not know, is not creating and whose
+// task does not run, once two sweeps in a row have found them so, with their
+// directories. They are what a failed undo left: a delete that failed during
+// recovery, or the undo of a failed CreateContainer. A container with a running
+// task is never touched: that is a workload, whatever the records say.
+func (s *Manager) SweepOrphans(ctx context.Context) {
+	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", record.LabelKind, record.KindContainer))
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("sweep: list containers")
+		return
+	}
+	seen := map[string]bool{}
+	for _, rec := range list {
+		// creating first: CreateContainer adds to the store before it leaves creating.
+		if _, busy := s.creating.Load(rec.ID); busy {
+			continue
+		}
+		if _, err := s.containers.get(rec.ID); err == nil {
+			continue
+		}
+		seen[rec.ID] = true
+		if !s.unknownBefore[rec.ID] {
+			continue // found again by the next sweep, it goes
+		}
+		c, err := decodeContainerRecord(rec)
+		if err != nil {
+			continue
+		}
+		if _, _, running, err := s.taskState(ctx, c.ID); err != nil || running {
+			continue
+		}
+		log.G(ctx).WithField("container", c.ID).Info("removing a container shimd does not know (its earlier removal failed)")
+		if err := s.deleteContainerd(ctx, c); err != nil {
+			log.G(ctx).WithError(err).WithField("container", c.ID).Warn("remove orphaned container")
+			continue
+		}
+		os.RemoveAll(s.containerDir(c.ID))
+		os.RemoveAll(s.fifoDir(c.ID))
+	}
+	s.unknownBefore = seen
+}

@@ -1,0 +1,29 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ContainerStatus reports one container.
+func (s *Manager) Status(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	c, err := s.containers.get(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	st := c.Status()
+	resp := &runtimeapi.ContainerStatusResponse{Status: toContainerStatus(c, st)}
+	if req.GetVerbose() {
+		info, err := json.Marshal(map[string]any{
+			"sandboxID": c.SandboxID, "pid": st.Pid, "config": c.Config, "logPath": c.LogPath,
+			"snapshotter": c.Snapshotter, "imageID": c.ImageID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		resp.Info = map[string]string{"info": string(info)}
+	}
+	return resp, nil
+}

@@ -1,0 +1,116 @@
+package container
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// containerStore keeps the containers shimd knows and reserves their names.
+type containerStore struct {
+	mu    sync.Mutex
+	byID  map[string]*Container
+	names map[string]string // name -> id ("" while CreateContainer runs)
+}
+
+func newContainerStore() *containerStore {
+	return &containerStore{byID: map[string]*Container{}, names: map[string]string{}}
+}
+
+// reserve takes a name for a new container; AlreadyExists when it is taken.
+func (s *containerStore) reserve(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := s.names[name]; ok {
+		return fmt.Errorf("container name %q is in use by container %q: %w", name, id, errdefs.ErrAlreadyExists)
+	}
+	s.names[name] = ""
+	return nil
+}
+
+// retried returns the container named name if it is still CREATED with the same
+// config: a CreateContainer for it again is a retry, not a conflict.
+func (s *containerStore) retried(name string, cfg *runtimeapi.ContainerConfig) *Container {
+	s.mu.Lock()
+	c := s.byID[s.names[name]]
+	s.mu.Unlock()
+	if c == nil || c.Status().State != runtimeapi.ContainerState_CONTAINER_CREATED || !proto.Equal(c.Config, cfg) {
+		return nil
+	}
+	return c
+}
+
+func (s *containerStore) release(name string) {
+	s.mu.Lock()
+	delete(s.names, name)
+	s.mu.Unlock()
+}
+
+func (s *containerStore) add(c *Container) {
+	s.mu.Lock()
+	s.byID[c.ID] = c
+	s.names[c.Name] = c.ID
+	s.mu.Unlock()
+}
+
+func (s *containerStore) delete(c *Container) {
+	s.mu.Lock()
+	delete(s.byID, c.ID)
+	if s.names[c.Name] == c.ID {
+		delete(s.names, c.Name)
+	}
+	s.mu.Unlock()
+}
+
+// get finds a container by full id or unique id prefix.
+func (s *containerStore) get(idOrPrefix string) (*Container, error) {
+	if idOrPrefix == "" {
+		return nil, fmt.Errorf("container id is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.byID[idOrPrefix]; ok {
+		return c, nil
+	}
+	var found *Container
+	for id, c := range s.byID {
+		if strings.HasPrefix(id, idOrPrefix) {
+			if found != nil {
+				return nil, fmt.Errorf("container id prefix %q is ambiguous: %w", idOrPrefix, errdefs.ErrInvalidArgument)
+			}
+			found = c
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("container %q: %w", idOrPrefix, errdefs.ErrNotFound)
+	}
+	return found, nil
+}
+
+// list returns all containers, oldest first.
+func (s *containerStore) list() []*Container {
+	s.mu.Lock()
+	out := make([]*Container, 0, len(s.byID))
+	for _, c := range s.byID {
+		out = append(out, c)
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// inSandbox returns the containers of one pod.
+func (s *containerStore) inSandbox(sandboxID string) []*Container {
+	var out []*Container
+	for _, c := range s.list() {
+		if c.SandboxID == sandboxID {
+			out = append(out, c)
+		}
+	}
+	return out
+}

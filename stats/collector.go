@@ -1,0 +1,60 @@
+// Package stats answers the CRI's stats and metrics calls: cgroup samples of pods'
+// and containers' tasks (through containerd), writable-layer usage (through the
+// snapshotter) and network counters (read in the pod's network namespace), converted
+// to CRI ContainerStats, PodSandboxStats and cAdvisor-named metrics. It keeps only
+// the last CPU sample per task, to give usage_nano_cores.
+package stats
+
+import (
+	"context"
+
+	"github.com/containerd/containerd/v2/client"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Container is what stats needs of one container, read when the call came.
+type Container struct {
+	ID, SandboxID string
+	Metadata      *runtimeapi.ContainerMetadata
+	Labels        map[string]string
+	Annotations   map[string]string
+	ImageName     string
+	Snapshotter   string
+	Running       bool
+	// StartedAt is in Unix nanoseconds; Resources the current limits.
+	StartedAt int64
+	Resources *runtimeapi.LinuxContainerResources
+}
+
+// Containers lists containers for stats: *container.Manager.
+type Containers interface {
+	// StatsOf lists the containers of a pod ("" for all).
+	StatsOf(podID string) []Container
+}
+
+// Images tells where a snapshotter keeps its data (the writable layers' fs).
+type Images interface {
+	SnapshotterRoot(ctx context.Context, snapshotter string) (string, error)
+}
+
+// Options configures a Collector.
+type Options struct {
+	Client     *client.Client
+	Containers Containers
+	Images     Images
+}
+
+// Collector samples pods and containers. It is safe for concurrent use.
+type Collector struct {
+	opts  Options
+	rates cpuRates
+}
+
+// New makes a Collector.
+func New(opts Options) *Collector { return &Collector{opts: opts} }
+
+// Forget drops what the collector keeps of a removed container or pod.
+func (s *Collector) Forget(id string) {
+	s.rates.forget(id)
+	s.rates.forget("pod:" + id)
+}
