@@ -86,13 +86,13 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	st := newSteps()
 	if err := s.createContainer(cctx, c, sb, img, rt, st); err != nil {
 		// Plugins that saw it created hear it is gone.
-		s.nriContainerEvent(cctx, api.Event_REMOVE_CONTAINER, c)
+		s.nri.containerEvent(cctx, api.Event_REMOVE_CONTAINER, c)
 		return nil, err
 	}
 	s.containers.add(c)
 	log.G(ctx).WithField("steps", st).Info("container created")
 	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
-	s.nriContainerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)
+	s.nri.containerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)
 	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
 }
 
@@ -262,7 +262,7 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 	if err := s.injectCDI(ociSpec, c.Config); err != nil {
 		return nil, err
 	}
-	if err := s.nriAdjust(ctx, c, sb, ociSpec); err != nil {
+	if err := s.nri.adjust(ctx, c, sb, ociSpec); err != nil {
 		return nil, err
 	}
 	return ociSpec, nil

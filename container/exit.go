@@ -92,7 +92,7 @@ func (s *Manager) finish(ctx context.Context, c *Container, status uint32, at ti
 	closeOnce(c)
 	log.G(ctx).WithField("exit_code", status).WithField("reason", reason).Info("container exited")
 	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
-	s.nriContainerEvent(dctx, api.Event_STOP_CONTAINER, c)
+	s.nri.containerEvent(dctx, api.Event_STOP_CONTAINER, c)
 }
 
 // Resync finishes every RUNNING container whose task is gone or stopped: its exit

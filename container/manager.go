@@ -101,9 +101,9 @@ type Manager struct {
 	opts       Options
 	ctrd       containerdAPI // opts.Client
 	containers *containerStore
-	events     eventHub       // GetContainerEvents subscribers
-	volumeMu   sync.Mutex     // held while an image volume is mounted
-	nriStopped sync.Map       // pod ids whose stop NRI plugins were told of
+	events     eventHub   // GetContainerEvents subscribers
+	volumeMu   sync.Mutex // held while an image volume is mounted
+	nri        *NRIGlue
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	creating   sync.Map       // ids of containers whose CreateContainer is in progress
 	userDBs    userDBCache    // images' /etc/passwd and /etc/group, by chain id
@@ -123,7 +123,9 @@ func New(opts Options) *Manager {
 	if opts.CleanupTimeout == 0 {
 		opts.CleanupTimeout = 2 * time.Minute
 	}
-	return &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore()}
+	s := &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore()}
+	s.nri = &NRIGlue{m: s, plugins: opts.NRI}
+	return s
 }
 
 // Node is what the manager knows of the node (CPUs and memory nodes filled in).

@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -35,6 +36,21 @@ import (
 // updates (at synchronization, or unsolicited) go through the same path as
 // UpdateContainerResources, without asking the plugins again.
 
+// NRIGlue tells NRI plugins of pods and containers, lets them adjust a container's
+// spec, and applies the updates they ask for. The runtime service reaches it through
+// Manager.NRI.
+type NRIGlue struct {
+	m       *Manager
+	plugins NRIPlugins // nil: NRI is off
+	stopped sync.Map   // pod ids whose stop plugins were told of
+}
+
+// NRI is the container manager's NRI glue.
+func (s *Manager) NRI() *NRIGlue { return s.nri }
+
+// SetNRI hands the plugins to the glue; call it once, before serving.
+func (s *Manager) SetNRI(p NRIPlugins) { s.nri.setPlugins(p) }
+
 // NRIPlugins relays to NRI plugins; *nri.NRI implements it. nil: NRI is off.
 type NRIPlugins interface {
 	PodEvent(ctx context.Context, ev api.Event, pod *api.PodSandbox) error
@@ -46,25 +62,25 @@ type NRIPlugins interface {
 	UpdateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (*api.LinuxResources, error)
 }
 
-// nriOn tells whether NRI is on and, if the NRIPlugins can tell (Active), a plugin
+// on tells whether NRI is on and, if the NRIPlugins can tell (Active), a plugin
 // is connected: with none, nothing is converted or read for them.
-func (s *Manager) nriOn() bool {
-	if s.opts.NRI == nil {
+func (n *NRIGlue) on() bool {
+	if n.plugins == nil {
 		return false
 	}
-	a, ok := s.opts.NRI.(interface{ Active() bool })
+	a, ok := n.plugins.(interface{ Active() bool })
 	return !ok || a.Active()
 }
 
-// nriPod converts a pod for NRI.
-func (s *Manager) nriPod(sb pod.Pod) *api.PodSandbox {
+// pod converts a pod for NRI.
+func (n *NRIGlue) pod(sb pod.Pod) *api.PodSandbox {
 	meta := sb.Config.GetMetadata()
 	overhead, resources := sb.Overhead, sb.Resources
 	linux := &api.LinuxPodSandbox{
 		CgroupParent: sb.Config.GetLinux().GetCgroupParent(),
-		CgroupsPath:  pod.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), sb.ID, s.opts.CgroupDriver),
-		PodOverhead:  s.nriResources(overhead),
-		PodResources: s.nriResources(resources),
+		CgroupsPath:  pod.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), sb.ID, n.m.opts.CgroupDriver),
+		PodOverhead:  n.resources(overhead),
+		PodResources: n.resources(resources),
 	}
 	for _, ns := range [][2]string{{"network", sb.NetNSPath}, {"ipc", sb.IPCNSPath}, {"uts", sb.UTSNSPath}} {
 		if ns[1] != "" { // IPC and UTS: a pause-less pod's pinned ones
@@ -78,11 +94,11 @@ func (s *Manager) nriPod(sb pod.Pod) *api.PodSandbox {
 	}
 }
 
-func (s *Manager) nriResources(r *runtimeapi.LinuxContainerResources) *api.LinuxResources {
+func (n *NRIGlue) resources(r *runtimeapi.LinuxContainerResources) *api.LinuxResources {
 	if r == nil {
 		return nil
 	}
-	return api.FromOCILinuxResources(spec.Resources(r, s.opts.MinOOMScoreAdj), nil)
+	return api.FromOCILinuxResources(spec.Resources(r, n.m.opts.MinOOMScoreAdj), nil)
 }
 
 var nriStates = map[runtimeapi.ContainerState]api.ContainerState{
@@ -124,9 +140,9 @@ func nriContainer(c *Container, sp *specs.Spec) *api.Container {
 	return out
 }
 
-// nriSpec reads a container's OCI spec from containerd (nil if it cannot).
-func (s *Manager) nriSpec(ctx context.Context, id string) *specs.Spec {
-	cc, err := s.opts.Client.LoadContainer(ctx, id)
+// spec reads a container's OCI spec from containerd (nil if it cannot).
+func (n *NRIGlue) spec(ctx context.Context, id string) *specs.Spec {
+	cc, err := n.m.opts.Client.LoadContainer(ctx, id)
 	if err != nil {
 		return nil
 	}
@@ -137,63 +153,63 @@ func (s *Manager) nriSpec(ctx context.Context, id string) *specs.Spec {
 	return sp
 }
 
-// nriPodEvent tells plugins of a pod event; its error is returned.
-func (s *Manager) nriPodEvent(ctx context.Context, ev api.Event, sb pod.Pod) error {
-	if !s.nriOn() {
+// podEvent tells plugins of a pod event; its error is returned.
+func (n *NRIGlue) podEvent(ctx context.Context, ev api.Event, sb pod.Pod) error {
+	if !n.on() {
 		return nil
 	}
-	if err := s.opts.NRI.PodEvent(ctx, ev, s.nriPod(sb)); err != nil {
+	if err := n.plugins.PodEvent(ctx, ev, n.pod(sb)); err != nil {
 		return fmt.Errorf("NRI plugins refused %s of pod %s: %w", ev, sb.ID, err)
 	}
 	return nil
 }
 
-// nriContainerEvent tells plugins of an event after the fact; an error is logged.
-func (s *Manager) nriContainerEvent(ctx context.Context, ev api.Event, c *Container) {
-	if !s.nriOn() {
+// containerEvent tells plugins of an event after the fact; an error is logged.
+func (n *NRIGlue) containerEvent(ctx context.Context, ev api.Event, c *Container) {
+	if !n.on() {
 		return
 	}
-	sb, err := s.opts.Pods.Pod(c.SandboxID)
+	sb, err := n.m.opts.Pods.Pod(c.SandboxID)
 	if err != nil {
 		return
 	}
-	if err := s.opts.NRI.ContainerEvent(ctx, ev, s.nriPod(sb), nriContainer(c, s.nriSpec(ctx, c.ID))); err != nil {
+	if err := n.plugins.ContainerEvent(ctx, ev, n.pod(sb), nriContainer(c, n.spec(ctx, c.ID))); err != nil {
 		log.G(ctx).WithError(err).WithField("container", c.ID).Warnf("NRI %s", ev)
 	}
 }
 
-// nriAdjust lets plugins adjust a new container's spec.
-func (s *Manager) nriAdjust(ctx context.Context, c *Container, sb pod.Pod, sp *specs.Spec) error {
-	if !s.nriOn() {
+// adjust lets plugins adjust a new container's spec.
+func (n *NRIGlue) adjust(ctx context.Context, c *Container, sb pod.Pod, sp *specs.Spec) error {
+	if !n.on() {
 		return nil
 	}
-	if err := s.opts.NRI.CreateContainer(ctx, s.nriPod(sb), nriContainer(c, sp), sp); err != nil {
+	if err := n.plugins.CreateContainer(ctx, n.pod(sb), nriContainer(c, sp), sp); err != nil {
 		return fmt.Errorf("NRI plugins refused container %s: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }
 
-// NRIState lists the pods and containers that exist, for NRI plugin synchronization.
-func (s *Manager) NRIState(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
+// State lists the pods and containers that exist, for NRI plugin synchronization.
+func (n *NRIGlue) State(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
 	var pods []*api.PodSandbox
-	for _, sb := range s.opts.Pods.Pods() {
-		pods = append(pods, s.nriPod(sb))
+	for _, sb := range n.m.opts.Pods.Pods() {
+		pods = append(pods, n.pod(sb))
 	}
 	var ctrs []*api.Container
-	for _, c := range s.containers.list() {
-		ctrs = append(ctrs, nriContainer(c, s.nriSpec(ctx, c.ID)))
+	for _, c := range n.m.containers.list() {
+		ctrs = append(ctrs, nriContainer(c, n.spec(ctx, c.ID)))
 	}
 	return pods, ctrs, nil
 }
 
-// NRIUpdate applies resource updates NRI plugins ask for and returns those that
+// Update applies resource updates NRI plugins ask for and returns those that
 // failed (and must not be ignored).
-func (s *Manager) NRIUpdate(ctx context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
+func (n *NRIGlue) Update(ctx context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
 	var failed []*api.ContainerUpdate
 	for _, u := range updates {
-		c, err := s.containers.get(u.GetContainerId())
+		c, err := n.m.containers.get(u.GetContainerId())
 		if err == nil && u.GetLinux().GetResources() != nil {
-			err = s.updateResources(ctx, c, fromNRIResources(u.GetLinux().GetResources(), c.Resources()))
+			err = n.m.updateResources(ctx, c, fromNRIResources(u.GetLinux().GetResources(), c.Resources()))
 		}
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("container", u.GetContainerId()).Warn("NRI plugin's container update")
@@ -251,53 +267,53 @@ func fromNRIResources(r *api.LinuxResources, base *runtimeapi.LinuxContainerReso
 	return out
 }
 
-// NRIRunPod tells plugins of a new pod; FailedPrecondition if one refuses it (the
+// RunPod tells plugins of a new pod; FailedPrecondition if one refuses it (the
 // caller undoes the pod).
-func (s *Manager) NRIRunPod(ctx context.Context, id string) error {
-	if !s.nriOn() {
+func (n *NRIGlue) RunPod(ctx context.Context, id string) error {
+	if !n.on() {
 		return nil
 	}
-	sb, err := s.opts.Pods.Pod(id)
+	sb, err := n.m.opts.Pods.Pod(id)
 	if err != nil {
 		return err
 	}
 	// Detached: a kubelet that gives up must not make plugins refuse the pod.
-	cctx, cancel := s.detachedContext(ctx)
+	cctx, cancel := n.m.detachedContext(ctx)
 	defer cancel()
-	if err := s.nriPodEvent(cctx, api.Event_RUN_POD_SANDBOX, sb); err != nil {
+	if err := n.podEvent(cctx, api.Event_RUN_POD_SANDBOX, sb); err != nil {
 		return fmt.Errorf("%v: %w", err, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }
 
-// NRIPodStopped tells plugins a pod stopped, once per pod.
-func (s *Manager) NRIPodStopped(ctx context.Context, sb pod.Pod) {
-	if !s.nriOn() || !s.nriStopOnce(sb.ID) {
+// PodStopped tells plugins a pod stopped, once per pod.
+func (n *NRIGlue) PodStopped(ctx context.Context, sb pod.Pod) {
+	if !n.on() || !n.stopOnce(sb.ID) {
 		return
 	}
-	if err := s.nriPodEvent(ctx, api.Event_STOP_POD_SANDBOX, sb); err != nil {
+	if err := n.podEvent(ctx, api.Event_STOP_POD_SANDBOX, sb); err != nil {
 		log.G(ctx).WithError(err).Warn("NRI")
 	}
 }
 
-// NRIPodRemoved tells plugins a pod is gone.
-func (s *Manager) NRIPodRemoved(ctx context.Context, sb pod.Pod) {
-	s.nriStopped.Delete(sb.ID)
-	if err := s.nriPodEvent(ctx, api.Event_REMOVE_POD_SANDBOX, sb); err != nil {
+// PodRemoved tells plugins a pod is gone.
+func (n *NRIGlue) PodRemoved(ctx context.Context, sb pod.Pod) {
+	n.stopped.Delete(sb.ID)
+	if err := n.podEvent(ctx, api.Event_REMOVE_POD_SANDBOX, sb); err != nil {
 		log.G(ctx).WithError(err).Warn("NRI")
 	}
 }
 
-// nriStart tells plugins a container is about to start; an error refuses it.
-func (s *Manager) nriStart(ctx context.Context, c *Container) error {
-	if !s.nriOn() {
+// start tells plugins a container is about to start; an error refuses it.
+func (n *NRIGlue) start(ctx context.Context, c *Container) error {
+	if !n.on() {
 		return nil
 	}
-	sb, err := s.opts.Pods.Pod(c.SandboxID)
+	sb, err := n.m.opts.Pods.Pod(c.SandboxID)
 	if err != nil {
 		return err
 	}
-	if err := s.opts.NRI.ContainerEvent(ctx, api.Event_START_CONTAINER, s.nriPod(sb), nriContainer(c, s.nriSpec(ctx, c.ID))); err != nil {
+	if err := n.plugins.ContainerEvent(ctx, api.Event_START_CONTAINER, n.pod(sb), nriContainer(c, n.spec(ctx, c.ID))); err != nil {
 		return fmt.Errorf("NRI plugins refused to start container %s: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
 	}
 	return nil
@@ -305,26 +321,26 @@ func (s *Manager) nriStart(ctx context.Context, c *Container) error {
 
 // SetNRI hands the runtime its NRI plugins (made before it, since they call back
 // into it); call it before serving.
-func (s *Manager) SetNRI(n NRIPlugins) { s.opts.NRI = n }
+func (n *NRIGlue) setPlugins(p NRIPlugins) { n.plugins = p }
 
-// nriStopOnce tells whether plugins are yet to hear that pod id stopped (once per
+// stopOnce tells whether plugins are yet to hear that pod id stopped (once per
 // pod and shimd run: StopPodSandbox is repeated by the kubelet).
-func (s *Manager) nriStopOnce(id string) bool {
-	_, told := s.nriStopped.LoadOrStore(id, true)
+func (n *NRIGlue) stopOnce(id string) bool {
+	_, told := n.stopped.LoadOrStore(id, true)
 	return !told
 }
 
-// NRIUpdatePod asks plugins about new pod-level resources; FailedPrecondition if one
+// UpdatePod asks plugins about new pod-level resources; FailedPrecondition if one
 // refuses.
-func (s *Manager) NRIUpdatePod(ctx context.Context, id string, overhead, resources *runtimeapi.LinuxContainerResources) error {
-	if !s.nriOn() {
+func (n *NRIGlue) UpdatePod(ctx context.Context, id string, overhead, resources *runtimeapi.LinuxContainerResources) error {
+	if !n.on() {
 		return nil
 	}
-	sb, err := s.opts.Pods.Pod(id)
+	sb, err := n.m.opts.Pods.Pod(id)
 	if err != nil {
 		return err
 	}
-	if err := s.opts.NRI.UpdatePodSandbox(ctx, s.nriPod(sb), s.nriResources(overhead), s.nriResources(resources)); err != nil {
+	if err := n.plugins.UpdatePodSandbox(ctx, n.pod(sb), n.resources(overhead), n.resources(resources)); err != nil {
 		return fmt.Errorf("NRI plugins refused the update of pod %s: %v: %w", sb.ID, err, errdefs.ErrFailedPrecondition)
 	}
 	return nil

@@ -23,7 +23,7 @@ func TestFromNRIResources(t *testing.T) {
 
 	// A round trip through NRI's form keeps the values.
 	s := &Manager{}
-	back := fromNRIResources(s.nriResources(base), nil)
+	back := fromNRIResources(s.nri.resources(base), nil)
 	require.Equal(t, base.CpuShares, back.CpuShares)
 	require.Equal(t, base.CpuQuota, back.CpuQuota)
 	require.Equal(t, base.MemoryLimitInBytes, back.MemoryLimitInBytes)

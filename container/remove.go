@@ -45,7 +45,7 @@ func (s *Manager) removeContainer(ctx context.Context, c *Container) error {
 	s.containers.delete(c)
 	log.G(ctx).WithField("container", c.ID).Info("container removed")
 	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
-	s.nriContainerEvent(ctx, api.Event_REMOVE_CONTAINER, c)
+	s.nri.containerEvent(ctx, api.Event_REMOVE_CONTAINER, c)
 	return nil
 }
 

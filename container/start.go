@@ -37,7 +37,7 @@ func (s *Manager) Start(ctx context.Context, req *runtimeapi.StartContainerReque
 	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
 	st := newSteps()
-	err = s.nriStart(cctx, c)
+	err = s.nri.start(cctx, c)
 	st.done("nri")
 	if err == nil {
 		err = s.startTask(cctx, c, st)
@@ -64,7 +64,7 @@ func (s *Manager) Start(ctx context.Context, req *runtimeapi.StartContainerReque
 	}
 	log.G(ctx).WithField("steps", st).Info("container started")
 	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
-	s.nriContainerEvent(cctx, api.Event_POST_START_CONTAINER, c)
+	s.nri.containerEvent(cctx, api.Event_POST_START_CONTAINER, c)
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 

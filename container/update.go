@@ -27,13 +27,13 @@ func (s *Manager) UpdateResources(ctx context.Context, req *runtimeapi.UpdateCon
 	if res == nil {
 		return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 	}
-	if s.nriOn() {
+	if s.nri.on() {
 		// NRI plugins may change what is applied.
 		sb, err := s.opts.Pods.Pod(c.SandboxID)
 		if err != nil {
 			return nil, err
 		}
-		adj, err := s.opts.NRI.UpdateContainer(ctx, s.nriPod(sb), nriContainer(c, s.nriSpec(ctx, c.ID)), s.nriResources(res))
+		adj, err := s.nri.plugins.UpdateContainer(ctx, s.nri.pod(sb), nriContainer(c, s.nri.spec(ctx, c.ID)), s.nri.resources(res))
 		if err != nil {
 			return nil, fmt.Errorf("NRI plugins refused the update of %s: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
 		}
@@ -42,7 +42,7 @@ func (s *Manager) UpdateResources(ctx context.Context, req *runtimeapi.UpdateCon
 	if err := s.updateResources(ctx, c, res); err != nil {
 		return nil, err
 	}
-	s.nriContainerEvent(ctx, api.Event_POST_UPDATE_CONTAINER, c)
+	s.nri.containerEvent(ctx, api.Event_POST_UPDATE_CONTAINER, c)
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 

@@ -24,7 +24,7 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 	}
 	if known {
 		s.opts.Containers.EmitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, sb.CRIStatus())
-		s.opts.Containers.NRIPodRemoved(ctx, sb)
+		s.opts.Containers.NRI().PodRemoved(ctx, sb)
 		s.opts.Stats.Forget(sb.ID)
 	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil

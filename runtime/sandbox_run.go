@@ -16,7 +16,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err != nil {
 		return nil, err
 	}
-	if err := s.opts.Containers.NRIRunPod(ctx, id); err != nil {
+	if err := s.opts.Containers.NRI().RunPod(ctx, id); err != nil {
 		// A plugin refused the pod: undo it, detached from the request.
 		cctx, cancel := s.detachedContext(ctx)
 		defer cancel()

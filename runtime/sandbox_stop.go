@@ -23,7 +23,7 @@ func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 	}
 	if known {
 		s.opts.Containers.Emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
-		s.opts.Containers.NRIPodStopped(ctx, sb)
+		s.opts.Containers.NRI().PodStopped(ctx, sb)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }

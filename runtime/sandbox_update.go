@@ -18,7 +18,7 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, req *runtimeapi
 			return nil, err
 		}
 	}
-	if err := s.opts.Containers.NRIUpdatePod(ctx, req.GetPodSandboxId(), req.GetOverhead(), req.GetResources()); err != nil {
+	if err := s.opts.Containers.NRI().UpdatePod(ctx, req.GetPodSandboxId(), req.GetOverhead(), req.GetResources()); err != nil {
 		return nil, err
 	}
 	if err := s.opts.Sandboxes.UpdateResources(ctx, req.GetPodSandboxId(), req.GetOverhead(), req.GetResources()); err != nil {

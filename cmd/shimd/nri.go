@@ -33,10 +33,10 @@ func newNRI(cfg NRIConfig, cdiRegistry container.CDIRegistry, cm func() *contain
 		DisableConnections:  cfg.DisableConnections,
 		RegistrationTimeout: time.Duration(cfg.PluginRegistrationTimeout), RequestTimeout: time.Duration(cfg.PluginRequestTimeout),
 		State: func(ctx context.Context) ([]*nriapi.PodSandbox, []*nriapi.Container, error) {
-			return cm().NRIState(ctx)
+			return cm().NRI().State(ctx)
 		},
 		Update: func(ctx context.Context, u []*nriapi.ContainerUpdate) ([]*nriapi.ContainerUpdate, error) {
-			return cm().NRIUpdate(ctx, u)
+			return cm().NRI().Update(ctx, u)
 		},
 	})
 }
