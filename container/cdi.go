@@ -64,37 +64,42 @@ func cdiDevices(cfg *runtimeapi.ContainerConfig) ([]string, error) {
 	return out, nil
 }
 
-// checkCDI tells whether the devices cfg requests all resolve, without touching
+// check tells whether the devices cfg requests all resolve, without touching
 // anything: an unknown, ambiguous or malformed name is InvalidArgument naming it;
 // any device requested while CDI is off is FailedPrecondition.
-func (s *Manager) checkCDI(cfg *runtimeapi.ContainerConfig) error {
+// cdiInjector resolves and injects the CDI devices containers ask for.
+type cdiInjector struct {
+	registry CDIRegistry // nil: CDI is off
+}
+
+func (d cdiInjector) check(cfg *runtimeapi.ContainerConfig) error {
 	devs, err := cdiDevices(cfg)
 	if err != nil || len(devs) == 0 {
 		return err
 	}
-	if s.opts.CDI == nil {
+	if d.registry == nil {
 		return fmt.Errorf("config.cdi_devices: CDI device %s requested, but CDI is turned off (config key cdi.enabled): %w", quote(devs[0]), errdefs.ErrFailedPrecondition)
 	}
 	scratch := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
-	return s.injectCDIDevices(scratch, devs)
+	return d.injectDevices(scratch, devs)
 }
 
-// injectCDI applies the edits of the CDI devices cfg requests to ociSpec.
-func (s *Manager) injectCDI(ociSpec *specs.Spec, cfg *runtimeapi.ContainerConfig) error {
+// inject applies the edits of the CDI devices cfg requests to ociSpec.
+func (d cdiInjector) inject(ociSpec *specs.Spec, cfg *runtimeapi.ContainerConfig) error {
 	devs, err := cdiDevices(cfg)
 	if err != nil || len(devs) == 0 {
 		return err
 	}
-	if s.opts.CDI == nil {
+	if d.registry == nil {
 		return fmt.Errorf("config.cdi_devices: CDI device %s requested, but CDI is turned off (config key cdi.enabled): %w", quote(devs[0]), errdefs.ErrFailedPrecondition)
 	}
-	return s.injectCDIDevices(ociSpec, devs)
+	return d.injectDevices(ociSpec, devs)
 }
 
-func (s *Manager) injectCDIDevices(ociSpec *specs.Spec, devs []string) error {
-	unresolved, err := s.opts.CDI.InjectDevices(ociSpec, devs...)
+func (d cdiInjector) injectDevices(ociSpec *specs.Spec, devs []string) error {
+	unresolved, err := d.registry.InjectDevices(ociSpec, devs...)
 	if len(unresolved) > 0 {
-		return invalid("config.cdi_devices", "%s", describeUnresolved(unresolved, s.opts.CDI.GetErrors()))
+		return invalid("config.cdi_devices", "%s", describeUnresolved(unresolved, d.registry.GetErrors()))
 	}
 	if err != nil {
 		return invalid("config.cdi_devices", "inject CDI devices %s: %v", strings.Join(devs, ", "), err)

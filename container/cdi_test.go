@@ -36,13 +36,13 @@ devices:
     env: ["TWICE=b"]
 `
 
-func cdiService(t *testing.T) *Manager {
+func cdiService(t *testing.T) cdiInjector {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(cdiSpecA), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte(cdiSpecB), 0o644))
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
 	require.NoError(t, err)
-	return &Manager{opts: Options{CDI: cache}}
+	return cdiInjector{registry: cache}
 }
 
 func TestCDIDevicesOrderAndAnnotations(t *testing.T) {
@@ -63,7 +63,7 @@ func TestCDIDevicesOrderAndAnnotations(t *testing.T) {
 }
 
 func TestCDIInjectAndErrors(t *testing.T) {
-	s := cdiService(t)
+	d := cdiService(t)
 	tests := []struct {
 		name    string
 		devices []string
@@ -82,11 +82,11 @@ func TestCDIInjectAndErrors(t *testing.T) {
 			for _, d := range tt.devices {
 				cfg.CDIDevices = append(cfg.CDIDevices, &runtimeapi.CDIDevice{Name: d})
 			}
-			err := s.checkCDI(&cfg)
+			err := d.check(&cfg)
 			if tt.wantErr == nil {
 				require.NoError(t, err)
 				sp := &specs.Spec{Process: &specs.Process{Env: []string{"PATH=/bin"}}, Linux: &specs.Linux{}}
-				require.NoError(t, s.injectCDI(sp, &cfg))
+				require.NoError(t, d.inject(sp, &cfg))
 				require.Subset(t, sp.Process.Env, []string{"PATH=/bin", "DEV_A=1", "VENDOR=test"})
 				require.Len(t, sp.Linux.Devices, 1)
 				require.Equal(t, "/dev/shimd-a", sp.Linux.Devices[0].Path)
@@ -101,9 +101,9 @@ func TestCDIInjectAndErrors(t *testing.T) {
 }
 
 func TestCDIOff(t *testing.T) {
-	s := &Manager{}
-	require.NoError(t, s.checkCDI(&runtimeapi.ContainerConfig{}))
-	err := s.checkCDI(&runtimeapi.ContainerConfig{CDIDevices: []*runtimeapi.CDIDevice{{Name: "v.io/c=1"}}})
+	var d cdiInjector
+	require.NoError(t, d.check(&runtimeapi.ContainerConfig{}))
+	err := d.check(&runtimeapi.ContainerConfig{CDIDevices: []*runtimeapi.CDIDevice{{Name: "v.io/c=1"}}})
 	require.True(t, errdefs.IsFailedPrecondition(err), "%v", err)
 	require.ErrorContains(t, err, "cdi.enabled")
 }

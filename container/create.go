@@ -39,7 +39,7 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkCDI(cfg); err != nil {
+	if err := s.cdi.check(cfg); err != nil {
 		return nil, err
 	}
 	if sb.State != pod.Ready {
@@ -75,7 +75,7 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	s.creating.Store(id, true) // SweepOrphans leaves it alone; after containers.add below
 	defer s.creating.Delete(id)
 	c := &Container{
-		ID: id, statusDir: s.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
+		ID: id, statusDir: s.dirs.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
 		ImageName: cfg.GetImage().GetImage(), ImageRef: imageRef(img), LogPath: logPath,
 		CreatedAt: time.Now(), Snapshotter: rt.Snapshotter, StopSignal: img.Config.Config.StopSignal,
 		exited: make(chan struct{}),
@@ -91,7 +91,7 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	}
 	s.containers.add(c)
 	log.G(ctx).WithField("steps", st).Info("container created")
-	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	s.events.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	s.nri.containerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)
 	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
 }
@@ -155,7 +155,7 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	}
 	c.User = user
 	st.done("user")
-	withVolumes, err := s.mountImageVolumes(ctx, c, sb, rt.Snapshotter)
+	withVolumes, err := s.volumes.mount(ctx, c, sb, rt.Snapshotter)
 	if err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 	if err != nil {
 		return nil, fmt.Errorf("container spec: %w", err)
 	}
-	if err := s.injectCDI(ociSpec, c.Config); err != nil {
+	if err := s.cdi.inject(ociSpec, c.Config); err != nil {
 		return nil, err
 	}
 	if err := s.nri.adjust(ctx, c, sb, ociSpec); err != nil {

@@ -19,8 +19,8 @@ const eventBuffer = 1024
 // containers' statuses as of the event. A subscriber that falls eventBuffer events
 // behind is ended with ResourceExhausted (the kubelet then relists and subscribes
 // again): a slow reader never slows the runtime.
-func (s *Manager) StreamEvents(_ *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
-	ch, cancel := s.events.subscribe()
+func (e *Events) Stream(_ *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
+	ch, cancel := e.hub.subscribe()
 	defer cancel()
 	ctx := stream.Context()
 	log.G(ctx).Info("event subscriber connected")
@@ -41,26 +41,33 @@ func (s *Manager) StreamEvents(_ *runtimeapi.GetEventsRequest, stream runtimeapi
 }
 
 // Emit publishes an event of id (a container, or a sandbox's own id) in sandbox sbID.
-func (s *Manager) Emit(id, sbID string, typ runtimeapi.ContainerEventType) {
-	s.EmitWith(id, sbID, typ, nil)
+func (e *Events) Emit(id, sbID string, typ runtimeapi.ContainerEventType) {
+	e.EmitWith(id, sbID, typ, nil)
 }
 
 // EmitWith is Emit with the pod's status given, for a pod that is gone: the kubelet
 // drops an event without one.
-func (s *Manager) EmitWith(id, sbID string, typ runtimeapi.ContainerEventType, pod *runtimeapi.PodSandboxStatus) {
-	if !s.events.active() {
+func (e *Events) EmitWith(id, sbID string, typ runtimeapi.ContainerEventType, pod *runtimeapi.PodSandboxStatus) {
+	if !e.hub.active() {
 		return
 	}
 	if pod == nil {
-		if sb, err := s.opts.Pods.Pod(sbID); err == nil {
+		if sb, err := e.m.opts.Pods.Pod(sbID); err == nil {
 			pod = sb.CRIStatus()
 		}
 	}
 	ev := &runtimeapi.ContainerEventResponse{ContainerId: id, ContainerEventType: typ, CreatedAt: time.Now().UnixNano(), PodSandboxStatus: pod}
-	for _, c := range s.containers.inSandbox(sbID) {
+	for _, c := range e.m.containers.inSandbox(sbID) {
 		ev.ContainersStatuses = append(ev.ContainersStatuses, toContainerStatus(c, c.Status()))
 	}
-	s.events.publish(ev)
+	e.hub.publish(ev)
+}
+
+// Events fans container and pod lifecycle events out to GetContainerEvents
+// subscribers, each with the pod's status and its containers' statuses.
+type Events struct {
+	m   *Manager
+	hub eventHub
 }
 
 // eventHub fans events out to the current subscribers.

@@ -89,7 +89,7 @@ func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	if stdin != nil {
 		stdin = &eofReader{r: r.stdin, eof: stdinEOF}
 	}
-	opts := []cio.Opt{cio.WithStreams(stdin, r.stdout, r.stderr), cio.WithFIFODir(s.fifoDir(c.ID))}
+	opts := []cio.Opt{cio.WithStreams(stdin, r.stdout, r.stderr), cio.WithFIFODir(s.dirs.fifoDir(c.ID))}
 	if r.tty {
 		opts = append(opts, cio.WithTerminal)
 	}

@@ -20,33 +20,37 @@ import (
 // closed anyway (a child holding them open must not keep the container RUNNING).
 const ioDrainTimeout = 2 * time.Second
 
+// Exits turns the task exits and OOM kills the event monitor sees into container
+// statuses, and re-reads every container's task after a reconnection.
+type Exits struct{ m *Manager }
+
 // TaskExit is told of every task exit in shimd's namespace by the event monitor
 // (package taskevents), after the sandboxes are.
-func (s *Manager) TaskExit(containerID, execID string, status uint32, at time.Time) {
+func (x *Exits) TaskExit(containerID, execID string, status uint32, at time.Time) {
 	if containerID != execID {
 		return // an exec process; its caller waits for it
 	}
-	if sb, err := s.opts.Pods.Pod(containerID); err == nil && sb.ID == containerID {
-		s.Emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) // its pause process
+	if sb, err := x.m.opts.Pods.Pod(containerID); err == nil && sb.ID == containerID {
+		x.m.events.Emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) // its pause process
 		return
 	}
-	c, err := s.containers.get(containerID)
+	c, err := x.m.containers.get(containerID)
 	if err != nil || c.ID != containerID {
 		return
 	}
-	s.finishing.Go(func() { s.finish(context.Background(), c, status, at) })
+	x.m.finishing.Go(func() { x.finish(context.Background(), c, status, at) })
 }
 
 // TaskOOM remembers an OOM kill, reported as the reason when the container exits.
-func (s *Manager) TaskOOM(containerID string) {
-	if c, err := s.containers.get(containerID); err == nil && c.ID == containerID {
+func (x *Exits) TaskOOM(containerID string) {
+	if c, err := x.m.containers.get(containerID); err == nil && c.ID == containerID {
 		c.markOOM()
 	}
 }
 
 // finish records a container's exit: waits for its output to drain, deletes the task
 // (so the shim can go), and persists EXITED with code, reason and time. Idempotent.
-func (s *Manager) finish(ctx context.Context, c *Container, status uint32, at time.Time) {
+func (x *Exits) finish(ctx context.Context, c *Container, status uint32, at time.Time) {
 	exited, cio, oom := c.exitInputs()
 	if exited {
 		return
@@ -61,7 +65,7 @@ func (s *Manager) finish(ctx context.Context, c *Container, status uint32, at ti
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := ctrd.DeleteExitedTask(dctx, s.ctrd.TaskService(), c.ID); err != nil {
+	if err := ctrd.DeleteExitedTask(dctx, x.m.ctrd.TaskService(), c.ID); err != nil {
 		log.G(ctx).WithError(err).Warn("delete exited task")
 	}
 	reason := "Completed"
@@ -91,29 +95,29 @@ func (s *Manager) finish(ctx context.Context, c *Container, status uint32, at ti
 	c.setIO(nil)
 	closeOnce(c)
 	log.G(ctx).WithField("exit_code", status).WithField("reason", reason).Info("container exited")
-	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
-	s.nri.containerEvent(dctx, api.Event_STOP_CONTAINER, c)
+	x.m.events.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	x.m.nri.containerEvent(dctx, api.Event_STOP_CONTAINER, c)
 }
 
 // Resync finishes every RUNNING container whose task is gone or stopped: its exit
 // was not published while shimd was away from containerd's events. The event monitor
 // runs it after every (re)subscription.
-func (s *Manager) Resync(ctx context.Context) {
-	for _, c := range s.containers.list() {
+func (x *Exits) Resync(ctx context.Context) {
+	for _, c := range x.m.containers.list() {
 		if c.Status().State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			continue
 		}
-		code, at, running, err := s.taskState(ctx, c.ID)
+		code, at, running, err := x.taskState(ctx, c.ID)
 		if err != nil || running {
 			continue
 		}
-		s.finish(ctx, c, code, at)
+		x.finish(ctx, c, code, at)
 	}
 }
 
 // taskState reads a container's task: exit code and time when stopped.
-func (s *Manager) taskState(ctx context.Context, id string) (code uint32, at time.Time, running bool, err error) {
-	cc, task, err := ctrd.LoadTask(ctx, s.ctrd, id)
+func (x *Exits) taskState(ctx context.Context, id string) (code uint32, at time.Time, running bool, err error) {
+	cc, task, err := ctrd.LoadTask(ctx, x.m.ctrd, id)
 	if cc != nil && errdefs.IsNotFound(err) {
 		return 255, time.Now(), false, nil // the container has no task
 	}
@@ -131,7 +135,7 @@ func (s *Manager) taskState(ctx context.Context, id string) (code uint32, at tim
 }
 
 // signal sends sig to the container's task.
-func (s *Manager) signal(ctx context.Context, c *Container, sig syscall.Signal) error {
-	_, err := s.ctrd.TaskService().Kill(ctx, &tasks.KillRequest{ContainerID: c.ID, Signal: uint32(sig)})
+func (x *Exits) signal(ctx context.Context, c *Container, sig syscall.Signal) error {
+	_, err := x.m.ctrd.TaskService().Kill(ctx, &tasks.KillRequest{ContainerID: c.ID, Signal: uint32(sig)})
 	return errgrpc.ToNative(err)
 }

@@ -113,6 +113,6 @@ func (s *Manager) cgroupDir(ctx context.Context, c *Container) string {
 }
 
 // fifoDir is where the stdio FIFOs of a container live.
-func (s *Manager) fifoDir(id string) string {
-	return filepath.Join(s.opts.StateDir, containerFIFODirName, id)
+func (d dirs) fifoDir(id string) string {
+	return filepath.Join(d.state, containerFIFODirName, id)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -35,13 +36,20 @@ const (
 	imageVolumePrefix  = "shimd-imagevolume/"
 )
 
-func (s *Manager) imageVolumeDir(sandboxID string) string {
-	return filepath.Join(s.opts.StateDir, imageVolumeDirName, sandboxID)
+// imageVolumes mounts images as read-only volumes of a pod's containers, one mount
+// per pod and image, and removes them with the pod.
+type imageVolumes struct {
+	m  *Manager
+	mu sync.Mutex // held while an image volume is mounted
 }
 
-// mountImageVolumes mounts the images c's config mounts as volumes and returns the
+func (v *imageVolumes) dir(sandboxID string) string {
+	return filepath.Join(v.m.opts.StateDir, imageVolumeDirName, sandboxID)
+}
+
+// mount mounts the images c's config mounts as volumes and returns the
 // config with those mounts' host paths set to them; other mounts are unchanged.
-func (s *Manager) mountImageVolumes(ctx context.Context, c *Container, sb pod.Pod, snapshotter string) (*runtimeapi.ContainerConfig, error) {
+func (v *imageVolumes) mount(ctx context.Context, c *Container, sb pod.Pod, snapshotter string) (*runtimeapi.ContainerConfig, error) {
 	cfg := c.Config
 	for i, m := range c.Config.GetMounts() {
 		if m.GetImage() == nil {
@@ -57,11 +65,11 @@ func (s *Manager) mountImageVolumes(ctx context.Context, c *Container, sb pod.Po
 		if sb.UserNamespace() != nil {
 			return nil, fmt.Errorf("%s: image volumes in a pod with its own user namespace are not supported: %w", field, errdefs.ErrNotImplemented)
 		}
-		img, err := s.opts.Images.Find(ctx, m.GetImage().GetImage())
+		img, err := v.m.opts.Images.Find(ctx, m.GetImage().GetImage())
 		if err != nil {
 			return nil, fmt.Errorf("%s.image: %w", field, err)
 		}
-		target, err := s.imageVolume(ctx, sb.ID, img, snapshotter)
+		target, err := v.volume(ctx, sb.ID, img, snapshotter)
 		if err != nil {
 			return nil, fmt.Errorf("%s: image volume %s: %w", field, m.GetImage().GetImage(), err)
 		}
@@ -78,17 +86,17 @@ func (s *Manager) mountImageVolumes(ctx context.Context, c *Container, sb pod.Po
 	return cfg, nil
 }
 
-// imageVolume mounts img for sandboxID unless it is mounted, and returns where.
-func (s *Manager) imageVolume(ctx context.Context, sandboxID string, img *image.Image, snapshotter string) (string, error) {
-	target := filepath.Join(s.imageVolumeDir(sandboxID), img.Target.Digest.Encoded())
-	s.volumeMu.Lock() // mounting is rare: one at a time
-	defer s.volumeMu.Unlock()
+// volume mounts img for sandboxID unless it is mounted, and returns where.
+func (v *imageVolumes) volume(ctx context.Context, sandboxID string, img *image.Image, snapshotter string) (string, error) {
+	target := filepath.Join(v.dir(sandboxID), img.Target.Digest.Encoded())
+	v.mu.Lock() // mounting is rare: one at a time
+	defer v.mu.Unlock()
 	if mounted, err := mountinfo.Mounted(target); err == nil && mounted {
 		return target, nil
 	}
 	chainID := identity.ChainID(img.Config.RootFS.DiffIDs).String()
 	if len(img.Config.RootFS.DiffIDs) > 0 {
-		if err := s.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
+		if err := v.m.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
 			return "", err
 		}
 	} else {
@@ -99,7 +107,7 @@ func (s *Manager) imageVolume(ctx context.Context, sandboxID string, img *image.
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return "", err
 	}
-	sn := s.opts.Client.SnapshotService(snapshotter)
+	sn := v.m.opts.Client.SnapshotService(snapshotter)
 	key := imageVolumeKey(sandboxID, img.Target.Digest.Encoded())
 	mounts, err := sn.View(ctx, key, chainID, snapshots.WithLabels(map[string]string{
 		"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339),
@@ -149,10 +157,10 @@ func imageVolumeKey(sandboxID, digest string) string {
 	return imageVolumePrefix + sandboxID + "/" + digest
 }
 
-// removeImageVolumes unmounts and removes the image volumes of sandboxID: each
+// remove unmounts and removes the image volumes of sandboxID: each
 // directory under its volume directory, with the view snapshot of the same name.
-func (s *Manager) removeImageVolumes(ctx context.Context, sandboxID, snapshotter string) error {
-	dir := s.imageVolumeDir(sandboxID)
+func (v *imageVolumes) remove(ctx context.Context, sandboxID, snapshotter string) error {
+	dir := v.dir(sandboxID)
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return nil
@@ -160,7 +168,7 @@ func (s *Manager) removeImageVolumes(ctx context.Context, sandboxID, snapshotter
 	if err != nil {
 		return err
 	}
-	sn := s.opts.Client.SnapshotService(snapshotter)
+	sn := v.m.opts.Client.SnapshotService(snapshotter)
 	for _, e := range entries {
 		target := filepath.Join(dir, e.Name())
 		if err := mount.UnmountAll(target, 0); err != nil {
@@ -183,19 +191,19 @@ func (s *Manager) removeImageVolumes(ctx context.Context, sandboxID, snapshotter
 // exist (a RemovePodSandbox interrupted by a crash), and view snapshots whose
 // directory is gone (the state directory does not survive a reboot; neither do the
 // mounts, so such a view serves nothing and is made again when asked for).
-func (s *Manager) sweepImageVolumes(ctx context.Context) {
-	base := filepath.Join(s.opts.StateDir, imageVolumeDirName)
+func (v *imageVolumes) sweep(ctx context.Context) {
+	base := filepath.Join(v.m.opts.StateDir, imageVolumeDirName)
 	entries, _ := os.ReadDir(base)
-	for _, sn := range s.opts.Handlers.Snapshotters() {
+	for _, sn := range v.m.opts.Handlers.Snapshotters() {
 		for _, e := range entries {
-			if _, err := s.opts.Pods.Pod(e.Name()); err != nil {
-				if err := s.removeImageVolumes(ctx, e.Name(), sn); err != nil {
+			if _, err := v.m.opts.Pods.Pod(e.Name()); err != nil {
+				if err := v.remove(ctx, e.Name(), sn); err != nil {
 					log.G(ctx).WithError(err).WithField("sandbox", e.Name()).Warn("remove image volumes of a removed pod")
 				}
 			}
 		}
 		var stale []string
-		_ = s.opts.Client.SnapshotService(sn).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		_ = v.m.opts.Client.SnapshotService(sn).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 			if rest, ok := strings.CutPrefix(info.Name, imageVolumePrefix); ok {
 				if _, err := os.Stat(filepath.Join(base, rest)); os.IsNotExist(err) {
 					stale = append(stale, info.Name)
@@ -204,7 +212,7 @@ func (s *Manager) sweepImageVolumes(ctx context.Context) {
 			return nil
 		})
 		for _, key := range stale {
-			if err := s.opts.Client.SnapshotService(sn).Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+			if err := v.m.opts.Client.SnapshotService(sn).Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
 				log.G(ctx).WithError(err).WithField("snapshot", key).Warn("remove stale image volume snapshot")
 			}
 		}

@@ -101,8 +101,11 @@ type Manager struct {
 	opts       Options
 	ctrd       containerdAPI // opts.Client
 	containers *containerStore
-	events     eventHub   // GetContainerEvents subscribers
-	volumeMu   sync.Mutex // held while an image volume is mounted
+	events     *Events // GetContainerEvents subscribers
+	exits      *Exits
+	dirs       dirs
+	volumes    *imageVolumes
+	cdi        cdiInjector
 	nri        *NRIGlue
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	creating   sync.Map       // ids of containers whose CreateContainer is in progress
@@ -125,11 +128,22 @@ func New(opts Options) *Manager {
 	}
 	s := &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore()}
 	s.nri = &NRIGlue{m: s, plugins: opts.NRI}
+	s.events = &Events{m: s}
+	s.exits = &Exits{m: s}
+	s.dirs = dirs{root: opts.RootDir, state: opts.StateDir}
+	s.volumes = &imageVolumes{m: s}
+	s.cdi = cdiInjector{registry: opts.CDI}
 	return s
 }
 
 // Node is what the manager knows of the node (CPUs and memory nodes filled in).
 func (s *Manager) Node() NodeInfo { return s.opts.Node }
+
+// Events publishes container and pod lifecycle events (events.go).
+func (s *Manager) Events() *Events { return s.events }
+
+// Exits records the exits and OOM kills the event monitor sees (exit.go).
+func (s *Manager) Exits() *Exits { return s.exits }
 
 // Close is for shutdown, after the server and the event monitor stopped: it waits for
 // the exits being recorded and stops copying the output of running containers. Their

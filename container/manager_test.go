@@ -39,7 +39,7 @@ func TestCloseDetachesRunningContainers(t *testing.T) {
 		t.Fatal("the copies still run after Close")
 	}
 	require.ElementsMatch(t, []string{"snapshot " + id, "container " + id, "task " + id}, ts.ctrd.state(), "the task stays")
-	fifos, err := filepath.Glob(filepath.Join(ts.fifoDir(id), "*", id+"-std*"))
+	fifos, err := filepath.Glob(filepath.Join(ts.dirs.fifoDir(id), "*", id+"-std*"))
 	require.NoError(t, err)
 	require.Len(t, fifos, 2, "stdout and stderr FIFOs stay")
 	for _, f := range fifos {

@@ -79,8 +79,8 @@ func (n *NRIGlue) pod(sb pod.Pod) *api.PodSandbox {
 	linux := &api.LinuxPodSandbox{
 		CgroupParent: sb.Config.GetLinux().GetCgroupParent(),
 		CgroupsPath:  pod.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), sb.ID, n.m.opts.CgroupDriver),
-		PodOverhead:  n.resources(overhead),
-		PodResources: n.resources(resources),
+		PodOverhead:  toNRIResources(overhead, n.m.opts.MinOOMScoreAdj),
+		PodResources: toNRIResources(resources, n.m.opts.MinOOMScoreAdj),
 	}
 	for _, ns := range [][2]string{{"network", sb.NetNSPath}, {"ipc", sb.IPCNSPath}, {"uts", sb.UTSNSPath}} {
 		if ns[1] != "" { // IPC and UTS: a pause-less pod's pinned ones
@@ -94,11 +94,11 @@ func (n *NRIGlue) pod(sb pod.Pod) *api.PodSandbox {
 	}
 }
 
-func (n *NRIGlue) resources(r *runtimeapi.LinuxContainerResources) *api.LinuxResources {
+func toNRIResources(r *runtimeapi.LinuxContainerResources, minOOMScoreAdj int) *api.LinuxResources {
 	if r == nil {
 		return nil
 	}
-	return api.FromOCILinuxResources(spec.Resources(r, n.m.opts.MinOOMScoreAdj), nil)
+	return api.FromOCILinuxResources(spec.Resources(r, minOOMScoreAdj), nil)
 }
 
 var nriStates = map[runtimeapi.ContainerState]api.ContainerState{
@@ -340,7 +340,7 @@ func (n *NRIGlue) UpdatePod(ctx context.Context, id string, overhead, resources 
 	if err != nil {
 		return err
 	}
-	if err := n.plugins.UpdatePodSandbox(ctx, n.pod(sb), n.resources(overhead), n.resources(resources)); err != nil {
+	if err := n.plugins.UpdatePodSandbox(ctx, n.pod(sb), toNRIResources(overhead, n.m.opts.MinOOMScoreAdj), toNRIResources(resources, n.m.opts.MinOOMScoreAdj)); err != nil {
 		return fmt.Errorf("NRI plugins refused the update of pod %s: %v: %w", sb.ID, err, errdefs.ErrFailedPrecondition)
 	}
 	return nil

@@ -22,8 +22,7 @@ func TestFromNRIResources(t *testing.T) {
 	require.Equal(t, int64(1<<30), base.MemoryLimitInBytes, "the base is not changed")
 
 	// A round trip through NRI's form keeps the values.
-	s := &Manager{}
-	back := fromNRIResources(s.nri.resources(base), nil)
+	back := fromNRIResources(toNRIResources(base, 0), nil)
 	require.Equal(t, base.CpuShares, back.CpuShares)
 	require.Equal(t, base.CpuQuota, back.CpuQuota)
 	require.Equal(t, base.MemoryLimitInBytes, back.MemoryLimitInBytes)

@@ -97,8 +97,12 @@ func recordResources(rec *containers.Container, res *runtimeapi.LinuxContainerRe
 	return record.Patch(rec, containerExtension, "resources", raw)
 }
 
-func (s *Manager) containerDir(id string) string {
-	return filepath.Join(s.opts.RootDir, containerDirName, id)
+// dirs are where containers' status files (under the root dir) and stdio FIFOs
+// (under the state dir) live.
+type dirs struct{ root, state string }
+
+func (d dirs) containerDir(id string) string {
+	return filepath.Join(d.root, containerDirName, id)
 }
 
 // writeStatus persists the container's status atomically (temp file + rename). It
@@ -129,9 +133,9 @@ func writeStatus(dir string, st containerStatus) error {
 	return nil
 }
 
-func (s *Manager) readStatus(id string) (containerStatus, error) {
+func (d dirs) readStatus(id string) (containerStatus, error) {
 	var st containerStatus
-	data, err := os.ReadFile(filepath.Join(s.containerDir(id), statusFileName))
+	data, err := os.ReadFile(filepath.Join(d.containerDir(id), statusFileName))
 	if err != nil {
 		return st, err
 	}

@@ -43,18 +43,18 @@ func (s *Manager) Recover(ctx context.Context) error {
 			log.G(ctx).WithError(err).WithField("container", rec.ID).Error("unreadable container record: left in place")
 			continue
 		}
-		st, err := s.readStatus(c.ID)
+		st, err := s.dirs.readStatus(c.ID)
 		_, sbErr := s.opts.Pods.Pod(c.SandboxID)
 		if err != nil || sbErr != nil {
 			log.G(ctx).WithField("container", c.ID).Info("removing container whose creation or pod removal was interrupted")
 			if err := s.deleteContainerd(ctx, c); err != nil {
 				log.G(ctx).WithError(err).Warn("remove orphaned container")
 			}
-			os.RemoveAll(s.containerDir(c.ID))
+			os.RemoveAll(s.dirs.containerDir(c.ID))
 			continue
 		}
 		st.Starting = false
-		c.status, c.statusDir = st, s.containerDir(c.ID) // not shared yet
+		c.status, c.statusDir = st, s.dirs.containerDir(c.ID) // not shared yet
 		s.containers.add(c)
 		switch st.State {
 		case runtimeapi.ContainerState_CONTAINER_EXITED:
@@ -64,7 +64,7 @@ func (s *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	s.removeOrphanDirs(ctx)
-	s.sweepImageVolumes(ctx)
+	s.volumes.sweep(ctx)
 	return nil
 }
 
@@ -78,7 +78,7 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 	cc, task, err := ctrd.LoadTask(ctx, s.opts.Client, c.ID)
 	if cc != nil && errdefs.IsNotFound(err) {
 		if c.Status().State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			s.finish(ctx, c, 255, time.Now())
+			s.exits.finish(ctx, c, 255, time.Now())
 		}
 		return
 	}
@@ -97,7 +97,7 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Warn("delete the task of an interrupted start")
 		}
-		os.RemoveAll(s.fifoDir(c.ID))
+		os.RemoveAll(s.dirs.fifoDir(c.ID))
 		log.G(ctx).Info("interrupted start undone: the container is CREATED")
 		return
 	case created:
@@ -109,7 +109,7 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 		log.G(ctx).Info("interrupted start had started the task: the container is RUNNING")
 	}
 	if st.Status == client.Stopped {
-		s.finish(ctx, c, st.ExitStatus, st.ExitTime)
+		s.exits.finish(ctx, c, st.ExitStatus, st.ExitTime)
 		return
 	}
 	var logf *logFile
@@ -176,7 +176,7 @@ func (s *Manager) SweepOrphans(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, _, running, err := s.taskState(ctx, c.ID); err != nil || running {
+		if _, _, running, err := s.exits.taskState(ctx, c.ID); err != nil || running {
 			continue
 		}
 		log.G(ctx).WithField("container", c.ID).Info("removing a container shimd does not know (its earlier removal failed)")
@@ -184,8 +184,8 @@ func (s *Manager) SweepOrphans(ctx context.Context) {
 			log.G(ctx).WithError(err).WithField("container", c.ID).Warn("remove orphaned container")
 			continue
 		}
-		os.RemoveAll(s.containerDir(c.ID))
-		os.RemoveAll(s.fifoDir(c.ID))
+		os.RemoveAll(s.dirs.containerDir(c.ID))
+		os.RemoveAll(s.dirs.fifoDir(c.ID))
 	}
 	s.unknownBefore = seen
 }

@@ -38,13 +38,13 @@ func (s *Manager) removeContainer(ctx context.Context, c *Container) error {
 	if err := s.deleteContainerd(ctx, c); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(s.containerDir(c.ID)); err != nil {
+	if err := os.RemoveAll(s.dirs.containerDir(c.ID)); err != nil {
 		return fmt.Errorf("remove container dir: %w", err)
 	}
-	os.RemoveAll(s.fifoDir(c.ID))
+	os.RemoveAll(s.dirs.fifoDir(c.ID))
 	s.containers.delete(c)
 	log.G(ctx).WithField("container", c.ID).Info("container removed")
-	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
+	s.events.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	s.nri.containerEvent(ctx, api.Event_REMOVE_CONTAINER, c)
 	return nil
 }
@@ -71,5 +71,5 @@ func (s *Manager) RemovePod(ctx context.Context, p pod.Pod) error {
 	if err != nil {
 		return err
 	}
-	return s.removeImageVolumes(ctx, p.ID, rt.Snapshotter)
+	return s.volumes.remove(ctx, p.ID, rt.Snapshotter)
 }

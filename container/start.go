@@ -59,11 +59,11 @@ func (s *Manager) Start(ctx context.Context, req *runtimeapi.StartContainerReque
 			return nil
 		})
 		closeOnce(c)
-		s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+		s.events.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 		return nil, err
 	}
 	log.G(ctx).WithField("steps", st).Info("container started")
-	s.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	s.events.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	s.nri.containerEvent(cctx, api.Event_POST_START_CONTAINER, c)
 	return &runtimeapi.StartContainerResponse{}, nil
 }
@@ -83,7 +83,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 			return err
 		}
 	}
-	if err := os.MkdirAll(s.fifoDir(c.ID), 0o700); err != nil {
+	if err := os.MkdirAll(s.dirs.fifoDir(c.ID), 0o700); err != nil {
 		if logf != nil {
 			logf.Close()
 		}
@@ -92,7 +92,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	st.done("load+log")
 	var cio *containerIO
 	ts := s.ctrd.TaskService()
-	if _, _, err := ctrd.NewTask(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.fifoDir(c.ID), c, logf, &cio)); err != nil {
+	if _, _, err := ctrd.NewTask(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio)); err != nil {
 		if cio != nil {
 			cio.close()
 		} else if logf != nil {

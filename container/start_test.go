@@ -54,7 +54,7 @@ func TestStartContainerFailure(t *testing.T) {
 			id := resp.ContainerId
 			c, err := ts.containers.get(id)
 			require.NoError(t, err)
-			events, cancel := ts.events.subscribe()
+			events, cancel := ts.events.hub.subscribe()
 			defer cancel()
 			tt.inject(ts.ctrd)
 
@@ -70,7 +70,7 @@ func TestStartContainerFailure(t *testing.T) {
 			require.Equal(t, err.Error(), st.Message)
 			require.NotZero(t, st.FinishedAt)
 			require.False(t, st.Starting)
-			onDisk, rerr := ts.readStatus(id)
+			onDisk, rerr := ts.dirs.readStatus(id)
 			require.NoError(t, rerr)
 			require.Equal(t, runtimeapi.ContainerState_CONTAINER_EXITED, onDisk.State, "status file")
 			require.Equal(t, "StartError", onDisk.Reason, "status file")
@@ -84,7 +84,7 @@ func TestStartContainerFailure(t *testing.T) {
 			default:
 				t.Fatal("exited is not closed: StopContainer would wait for an exit that never comes")
 			}
-			require.Empty(t, dirEntries(t, ts.fifoDir(id)), "the FIFOs are removed")
+			require.Empty(t, dirEntries(t, ts.dirs.fifoDir(id)), "the FIFOs are removed")
 			select {
 			case ev := <-events:
 				require.Equal(t, id, ev.ContainerId)

@@ -40,7 +40,7 @@ func (s *Manager) stopContainer(ctx context.Context, c *Container, grace time.Du
 				sig = parsed
 			}
 		}
-		if err := s.signal(ctx, c, sig); err != nil && !errdefs.IsNotFound(err) {
+		if err := s.exits.signal(ctx, c, sig); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Warnf("send %s", sig)
 		}
 		select {
@@ -51,7 +51,7 @@ func (s *Manager) stopContainer(ctx context.Context, c *Container, grace time.Du
 			return ctx.Err()
 		}
 	}
-	if err := s.signal(ctx, c, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+	if err := s.exits.signal(ctx, c, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
 		// The container may have exited while the kill was on its way: its shim then
 		// goes away under the call ("ttrpc: closed"). Its exit settles that.
 		if exited, _ := s.waitExit(ctx, c, 2*time.Second); exited {
@@ -80,8 +80,8 @@ func (s *Manager) waitExit(ctx context.Context, c *Container, d time.Duration) (
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	if code, at, running, err := s.taskState(ctx, c.ID); err == nil && !running {
-		s.finish(ctx, c, code, at)
+	if code, at, running, err := s.exits.taskState(ctx, c.ID); err == nil && !running {
+		s.exits.finish(ctx, c, code, at)
 	}
 	return c.Status().State == runtimeapi.ContainerState_CONTAINER_EXITED, nil
 }

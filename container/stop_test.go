@@ -28,7 +28,7 @@ func TestStopContainerKillRacesExit(t *testing.T) {
 		go func() { // the process is gone: its output ends, its exit is published
 			time.Sleep(100 * time.Millisecond)
 			task.closeFIFOs()
-			ts.TaskExit(id, id, 0, time.Now()) // the init process: exec id = container id
+			ts.exits.TaskExit(id, id, 0, time.Now()) // the init process: exec id = container id
 		}()
 		return errors.New("ttrpc: closed")
 	}

@@ -33,7 +33,7 @@ func (s *Manager) UpdateResources(ctx context.Context, req *runtimeapi.UpdateCon
 		if err != nil {
 			return nil, err
 		}
-		adj, err := s.nri.plugins.UpdateContainer(ctx, s.nri.pod(sb), nriContainer(c, s.nri.spec(ctx, c.ID)), s.nri.resources(res))
+		adj, err := s.nri.plugins.UpdateContainer(ctx, s.nri.pod(sb), nriContainer(c, s.nri.spec(ctx, c.ID)), toNRIResources(res, s.opts.MinOOMScoreAdj))
 		if err != nil {
 			return nil, fmt.Errorf("NRI plugins refused the update of %s: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
 		}

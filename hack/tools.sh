@@ -195,7 +195,7 @@ e2e_bins() {
 # One line of the shim is changed at build time, in a copy of the module (go's
 # -overlay may not replace files in the module cache): containerd-shim-runsc-v1 sets
 # its daemon's oom_score_adj to -999 and fails to start when that is refused, which it
-# always is on a node without CAP_SYS_RESOURCE (see ENVIRONMENT). The patched shim
+# always is on a node without CAP_SYS_RESOURCE (docs/operating.md: CAP_SYS_RESOURCE). The patched shim
 # keeps the score it inherited instead of failing, as containerd's own runc shim does
 # (it sets containerd's score + 1). shimd and containerd's CRI plugin use this one shim.
 runsc_bins() {

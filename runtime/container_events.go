@@ -6,5 +6,5 @@ import (
 
 // GetContainerEvents streams container and pod lifecycle events (evented PLEG).
 func (s *Service) GetContainerEvents(req *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
-	return s.opts.Containers.StreamEvents(req, stream)
+	return s.opts.Containers.Events().Stream(req, stream)
 }

@@ -23,7 +23,7 @@ func (s *Service) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePo
 		return nil, err
 	}
 	if known {
-		s.opts.Containers.EmitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, sb.CRIStatus())
+		s.opts.Containers.Events().EmitWith(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, sb.CRIStatus())
 		s.opts.Containers.NRI().PodRemoved(ctx, sb)
 		s.opts.Stats.Forget(sb.ID)
 	}

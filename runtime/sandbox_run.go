@@ -28,7 +28,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 		return nil, err
 	}
 	// Under its own id, as containerd's CRI plugin reports a sandbox.
-	s.opts.Containers.Emit(id, id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
-	s.opts.Containers.Emit(id, id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	s.opts.Containers.Events().Emit(id, id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	s.opts.Containers.Events().Emit(id, id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }

@@ -22,7 +22,7 @@ func (s *Service) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSan
 		return nil, err
 	}
 	if known {
-		s.opts.Containers.Emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+		s.opts.Containers.Events().Emit(sb.ID, sb.ID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 		s.opts.Containers.NRI().PodStopped(ctx, sb)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil

@@ -13,42 +13,45 @@ import (
 	"github.com/shimd/shimd/pod"
 )
 
-// Per-pod files live in <root>/sandboxes/<id> (hostname, hosts, resolv.conf) and the
-// pod's /dev/shm tmpfs in <state>/sandboxes/<id>/shm.
+// layout is where pods' things live on the host, and the file operations on them:
+// per-pod files in <root>/sandboxes/<id> (hostname, hosts, resolv.conf), the pod's
+// /dev/shm tmpfs in <state>/sandboxes/<id>/shm, and the pinned namespaces under
+// <state>/{netns,userns,ipcns,utsns}. It knows nothing of containerd.
+type layout struct{ root, state string }
 
-// Dir is the pod's directory of durable files.
-func (m *Manager) Dir(id string) string { return filepath.Join(m.opts.RootDir, "sandboxes", id) }
+// dir is the pod's directory of durable files.
+func (l layout) dir(id string) string { return filepath.Join(l.root, "sandboxes", id) }
 
 // stateDir is the pod's directory of runtime state.
-func (m *Manager) stateDir(id string) string { return filepath.Join(m.opts.StateDir, "sandboxes", id) }
+func (l layout) stateDir(id string) string { return filepath.Join(l.state, "sandboxes", id) }
 
 // files are the paths of sb's files that its containers mount.
-func (m *Manager) files(sb *Sandbox) pod.Files {
-	return pod.Files{Hostname: m.hostnamePath(sb.ID), Hosts: m.hostsPath(sb.ID), ResolvConf: m.resolvConfPath(sb.ID), Shm: m.shmPath(sb)}
+func (l layout) files(sb *Sandbox) pod.Files {
+	return pod.Files{Hostname: l.hostnamePath(sb.ID), Hosts: l.hostsPath(sb.ID), ResolvConf: l.resolvConfPath(sb.ID), Shm: l.shmPath(sb)}
 }
 
 // shmPath is the pod's /dev/shm, "/dev/shm" when the pod uses the host IPC namespace.
-func (m *Manager) shmPath(sb *Sandbox) string {
+func (l layout) shmPath(sb *Sandbox) string {
 	if sb.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() == runtimeapi.NamespaceMode_NODE {
 		return "/dev/shm"
 	}
-	return filepath.Join(m.stateDir(sb.ID), "shm")
+	return filepath.Join(l.stateDir(sb.ID), "shm")
 }
 
 // Paths of the files containers of this pod mount.
-func (m *Manager) hostnamePath(id string) string   { return filepath.Join(m.Dir(id), "hostname") }
-func (m *Manager) hostsPath(id string) string      { return filepath.Join(m.Dir(id), "hosts") }
-func (m *Manager) resolvConfPath(id string) string { return filepath.Join(m.Dir(id), "resolv.conf") }
+func (l layout) hostnamePath(id string) string   { return filepath.Join(l.dir(id), "hostname") }
+func (l layout) hostsPath(id string) string      { return filepath.Join(l.dir(id), "hosts") }
+func (l layout) resolvConfPath(id string) string { return filepath.Join(l.dir(id), "resolv.conf") }
 
 // writeFiles creates the pod's hostname, hosts and resolv.conf, and mounts its shm.
-func (m *Manager) writeFiles(sb *Sandbox) (undo func(), err error) {
-	undo = func() { m.removeFiles(sb.ID) }
+func (l layout) writeFiles(sb *Sandbox) (undo func(), err error) {
+	undo = func() { l.removeFiles(sb.ID) }
 	defer func() {
 		if err != nil {
 			undo()
 		}
 	}()
-	if err := os.MkdirAll(m.Dir(sb.ID), 0o755); err != nil {
+	if err := os.MkdirAll(l.dir(sb.ID), 0o755); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
 	hostname := sb.Config.GetHostname()
@@ -58,16 +61,16 @@ func (m *Manager) writeFiles(sb *Sandbox) (undo func(), err error) {
 		}
 	}
 	files := map[string]string{
-		m.hostnamePath(sb.ID):   hostname + "\n",
-		m.hostsPath(sb.ID):      hostsFile(),
-		m.resolvConfPath(sb.ID): ResolvConf(sb.Config.GetDnsConfig()),
+		l.hostnamePath(sb.ID):   hostname + "\n",
+		l.hostsPath(sb.ID):      hostsFile(),
+		l.resolvConfPath(sb.ID): ResolvConf(sb.Config.GetDnsConfig()),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			return nil, fmt.Errorf("write %s: %w", filepath.Base(path), err)
 		}
 	}
-	if shm := m.shmPath(sb); shm != "/dev/shm" {
+	if shm := l.shmPath(sb); shm != "/dev/shm" {
 		if err := os.MkdirAll(shm, 0o700); err != nil {
 			return nil, fmt.Errorf("create shm dir: %w", err)
 		}
@@ -80,8 +83,8 @@ func (m *Manager) writeFiles(sb *Sandbox) (undo func(), err error) {
 }
 
 // unmountShm releases the pod's /dev/shm; Stop does it, as the pod's IPC is over.
-func (m *Manager) unmountShm(id string) error {
-	shm := filepath.Join(m.stateDir(id), "shm")
+func (l layout) unmountShm(id string) error {
+	shm := filepath.Join(l.stateDir(id), "shm")
 	if err := unix.Unmount(shm, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount shm of sandbox %s: %w", id, err)
 	}
@@ -89,12 +92,12 @@ func (m *Manager) unmountShm(id string) error {
 }
 
 // removeFiles deletes everything the pod has on disk; missing files are fine.
-func (m *Manager) removeFiles(id string) error {
-	if err := m.unmountShm(id); err != nil {
+func (l layout) removeFiles(id string) error {
+	if err := l.unmountShm(id); err != nil {
 		return err
 	}
 	var errs []error
-	for _, dir := range []string{m.stateDir(id), m.Dir(id)} {
+	for _, dir := range []string{l.stateDir(id), l.dir(id)} {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)
 		}

@@ -56,14 +56,15 @@ type Options struct {
 type Manager struct {
 	opts  Options
 	store *store
+	fs    layout // paths and files on the host
 
 	// imageArgs caches the pause image's process (entrypoint+cmd, env) by config digest.
 	imageArgs sync.Map
 	// running holds the ids of sandboxes whose Run is in progress (their records
 	// are "creating" on purpose); the live sweep leaves them alone.
 	running sync.Map
-	// sandboxStore: containerd has a sandbox store (2.x); pods are recorded there.
-	sandboxStore atomic.Bool
+	// records are the pods' records in containerd's sandbox store (sandbox_store.go).
+	records *storeRecords
 	// swept is set once recovery's Sweep has run: from then on, a reconnection to
 	// containerd sweeps again (SweepLive).
 	swept atomic.Bool
@@ -79,24 +80,25 @@ func NewManager(opts Options) *Manager {
 	if opts.CleanupTimeout == 0 {
 		opts.CleanupTimeout = 2 * time.Minute
 	}
-	return &Manager{opts: opts, store: newStore()}
+	return &Manager{opts: opts, store: newStore(), fs: layout{root: opts.RootDir, state: opts.StateDir},
+		records: &storeRecords{client: opts.Client}}
 }
 
 // Close is for shutdown, after the server stopped: it waits for the Run recipes in
 // progress (each bounded by the cleanup timeout), so that none is cut in half.
 func (m *Manager) Close() { m.runs.Wait() }
 
-func (m *Manager) netnsDir() string { return filepath.Join(m.opts.StateDir, "netns") }
+func (l layout) netnsDir() string { return filepath.Join(l.state, "netns") }
 
 // usernsDir pins the user namespaces of pods that have their own.
-func (m *Manager) usernsDir() string { return filepath.Join(m.opts.StateDir, "userns") }
+func (l layout) usernsDir() string { return filepath.Join(l.state, "userns") }
 
 // usernsPath is where the user namespace of a pod with its own is pinned, else "".
-func (m *Manager) usernsPath(sb *Sandbox) string {
+func (l layout) usernsPath(sb *Sandbox) string {
 	if sb.UserNamespace() == nil {
 		return ""
 	}
-	return filepath.Join(m.usernsDir(), sb.ID)
+	return filepath.Join(l.usernsDir(), sb.ID)
 }
 
 // Pod returns the facts of a sandbox, found by id or unique id prefix (NotFound if
@@ -126,7 +128,7 @@ func (m *Manager) facts(sb *Sandbox) pod.Pod {
 		ID: sb.ID, Name: sb.Name, Config: sb.Config, RuntimeHandler: sb.RuntimeHandler, CreatedAt: sb.CreatedAt,
 		State: sb.State(), NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
 		Pauseless: sb.Pauseless, PID: sb.PID, IPs: sb.IPs, InStore: sb.InStore,
-		Overhead: overhead, Resources: resources, Files: m.files(sb),
+		Overhead: overhead, Resources: resources, Files: m.fs.files(sb),
 	}
 }
 

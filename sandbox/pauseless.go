@@ -48,24 +48,24 @@ func (m *Manager) pauseless(cfg *runtimeapi.PodSandboxConfig, rt pod.Handler) bo
 		(u == nil || u.GetMode() != runtimeapi.NamespaceMode_POD)
 }
 
-func (m *Manager) ipcnsDir() string           { return filepath.Join(m.opts.StateDir, "ipcns") }
-func (m *Manager) utsnsDir() string           { return filepath.Join(m.opts.StateDir, "utsns") }
-func (m *Manager) ipcnsPath(id string) string { return filepath.Join(m.ipcnsDir(), id) }
-func (m *Manager) utsnsPath(id string) string { return filepath.Join(m.utsnsDir(), id) }
+func (l layout) ipcnsDir() string           { return filepath.Join(l.state, "ipcns") }
+func (l layout) utsnsDir() string           { return filepath.Join(l.state, "utsns") }
+func (l layout) ipcnsPath(id string) string { return filepath.Join(l.ipcnsDir(), id) }
+func (l layout) utsnsPath(id string) string { return filepath.Join(l.utsnsDir(), id) }
 
 // runningMarker exists while a pause-less pod has not been stopped.
-func (m *Manager) runningMarker(id string) string { return filepath.Join(m.stateDir(id), "running") }
+func (l layout) runningMarker(id string) string { return filepath.Join(l.stateDir(id), "running") }
 
 // setPinPaths fills sb's pinned IPC and UTS namespace paths from its config.
-func (m *Manager) setPinPaths(sb *Sandbox) {
+func (l layout) setPinPaths(sb *Sandbox) {
 	if !sb.Pauseless {
 		return
 	}
 	if sb.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
-		sb.IPCNSPath = m.ipcnsPath(sb.ID)
+		sb.IPCNSPath = l.ipcnsPath(sb.ID)
 	}
 	if !sb.HostNetwork() {
-		sb.UTSNSPath = m.utsnsPath(sb.ID)
+		sb.UTSNSPath = l.utsnsPath(sb.ID)
 	}
 }
 
@@ -108,7 +108,7 @@ func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt pod.Handler)
 }
 
 // createPins makes a pause-less pod's namespaces (see network.Pin).
-func (m *Manager) createPins(sb *Sandbox) error {
+func (l layout) createPins(sb *Sandbox) error {
 	req := network.PinRequest{NetNS: sb.NetNSPath, IPCNS: sb.IPCNSPath, UTSNS: sb.UTSNSPath, Hostname: sb.Config.GetHostname()}
 	if s := sb.Config.GetLinux().GetSysctls(); len(s) > 0 {
 		req.Sysctls = map[string]string{}
@@ -120,21 +120,21 @@ func (m *Manager) createPins(sb *Sandbox) error {
 }
 
 // removePins unpins a pause-less pod's IPC and UTS namespaces; missing ones are fine.
-func (m *Manager) removePins(id string) error {
-	return errors.Join(network.RemoveNetNS(m.ipcnsPath(id)), network.RemoveNetNS(m.utsnsPath(id)))
+func (l layout) removePins(id string) error {
+	return errors.Join(network.RemoveNetNS(l.ipcnsPath(id)), network.RemoveNetNS(l.utsnsPath(id)))
 }
 
 // markRunning writes the marker of a pause-less pod that has not been stopped.
-func (m *Manager) markRunning(id string) error {
-	if err := os.MkdirAll(m.stateDir(id), 0o700); err != nil {
+func (l layout) markRunning(id string) error {
+	if err := os.MkdirAll(l.stateDir(id), 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(m.runningMarker(id), nil, 0o600)
+	return os.WriteFile(l.runningMarker(id), nil, 0o600)
 }
 
 // unmarkRunning removes the marker: the pod is stopped, also for recovery.
-func (m *Manager) unmarkRunning(id string) error {
-	if err := os.Remove(m.runningMarker(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+func (l layout) unmarkRunning(id string) error {
+	if err := os.Remove(l.runningMarker(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove running marker of sandbox %s: %w", id, err)
 	}
 	return nil
@@ -143,8 +143,8 @@ func (m *Manager) unmarkRunning(id string) error {
 // recoverPauseless sets a recovered pause-less pod's state: READY while its marker
 // and every pin are there, stopped once the marker is gone.
 func (m *Manager) recoverPauseless(sb *Sandbox) {
-	m.setPinPaths(sb)
-	if _, err := os.Stat(m.runningMarker(sb.ID)); err != nil {
+	m.fs.setPinPaths(sb)
+	if _, err := os.Stat(m.fs.runningMarker(sb.ID)); err != nil {
 		sb.stopped = true
 		return
 	}

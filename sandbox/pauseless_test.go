@@ -48,7 +48,7 @@ func TestPinPaths(t *testing.T) {
 	m := NewManager(Options{StateDir: "/run/shimd"})
 	sb := &Sandbox{ID: "sb1", Pauseless: true, Config: &runtimeapi.PodSandboxConfig{Linux: &runtimeapi.LinuxPodSandboxConfig{
 		SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}}}}}
-	m.setPinPaths(sb)
+	m.fs.setPinPaths(sb)
 	require.Equal(t, "", sb.IPCNSPath, "host IPC: nothing pinned")
 	require.Equal(t, "/run/shimd/utsns/sb1", sb.UTSNSPath)
 	// Not pinned, not READY: a pause-less pod whose pins are gone.

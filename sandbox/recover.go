@@ -46,7 +46,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Error("unreadable sandbox record: left in place")
 			continue
 		}
-		m.setPinPaths(sb)
+		m.fs.setPinPaths(sb)
 		if c.Labels[LabelPhase] != PhaseCreated {
 			log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation was interrupted")
 			if err := m.destroy(ctx, sb); err != nil {
@@ -73,7 +73,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		recovered[sb.ID] = sb
 	}
 	m.removeOrphans(ctx, known)
-	return m.recoverStore(ctx, recovered)
+	return m.records.recoverStore(ctx, recovered)
 }
 
 // Sweep runs after the sandboxes and containers are recovered, before shimd serves:
@@ -129,7 +129,7 @@ func (m *Manager) SweepUnfinishedRuns(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		m.setPinPaths(sb)
+		m.fs.setPinPaths(sb)
 		log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation never finished")
 		if err := m.destroy(ctx, sb); err != nil {
 			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
@@ -155,8 +155,8 @@ func (m *Manager) sweep(ctx context.Context, live bool) error {
 
 // removeOrphans deletes per-sandbox resources that belong to no known sandbox.
 func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
-	pinDirs := []string{m.usernsDir(), m.ipcnsDir(), m.utsnsDir()}
-	for _, dir := range append([]string{m.netnsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")}, pinDirs...) {
+	pinDirs := []string{m.fs.usernsDir(), m.fs.ipcnsDir(), m.fs.utsnsDir()}
+	for _, dir := range append([]string{m.fs.netnsDir(), filepath.Join(m.opts.StateDir, "sandboxes"), filepath.Join(m.opts.RootDir, "sandboxes")}, pinDirs...) {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			id := e.Name()
@@ -165,7 +165,7 @@ func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
 			}
 			log.G(ctx).WithField("sandbox", id).Info("removing orphaned sandbox files")
 			switch dir {
-			case m.netnsDir():
+			case m.fs.netnsDir():
 				// The IP lease of an orphaned netns is released by DEL without a netns.
 				_ = m.opts.Network.Teardown(ctx, network.Attachment{ID: id})
 				_ = network.RemoveNetNS(filepath.Join(dir, id))
@@ -175,7 +175,7 @@ func (m *Manager) removeOrphans(ctx context.Context, known map[string]bool) {
 				_ = network.RemoveNetNS(filepath.Join(dir, id))
 				continue
 			}
-			_ = m.removeFiles(id)
+			_ = m.fs.removeFiles(id)
 		}
 	}
 	m.removeOrphanSnapshots(ctx, known)

@@ -62,10 +62,10 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		CreatedAt: time.Now(), state: pod.Ready,
 	}
 	if !sb.HostNetwork() {
-		sb.NetNSPath = network.NetNSPath(m.netnsDir(), sb.ID)
+		sb.NetNSPath = network.NetNSPath(m.fs.netnsDir(), sb.ID)
 	}
 	sb.Pauseless = m.pauseless(cfg, rt)
-	m.setPinPaths(sb)
+	m.fs.setPinPaths(sb)
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID))
 	m.running.Store(sb.ID, true)
 	defer m.running.Delete(sb.ID) // after the undo below
@@ -95,14 +95,14 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		return nil, err
 	}
 	undo.push(func(ctx context.Context) error { return m.deleteContainer(ctx, sb.ID) })
-	undoStore, err := m.recordInStore(ctx, sb, rt)
+	undoStore, err := m.records.recordInStore(ctx, sb, rt)
 	if err != nil {
 		return nil, err
 	}
 	undo.push(undoStore)
 
 	t1 := time.Now()
-	undoFiles, err := m.writeFiles(sb)
+	undoFiles, err := m.fs.writeFiles(sb)
 	if err != nil {
 		return nil, err
 	}
@@ -163,12 +163,12 @@ func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt pod.Handler,
 		return err
 	}
 	undo.push(func(ctx context.Context) error { return m.deleteContainer(ctx, sb.ID) })
-	undoFiles, err := m.writeFiles(sb)
+	undoFiles, err := m.fs.writeFiles(sb)
 	if err != nil {
 		return err
 	}
 	undo.push(func(context.Context) error { undoFiles(); return nil })
-	if err := m.createPins(sb); err != nil {
+	if err := m.fs.createPins(sb); err != nil {
 		return err
 	}
 	undo.push(func(context.Context) error { return m.removeNamespaces(sb) })
@@ -181,7 +181,7 @@ func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt pod.Handler,
 		return err
 	}
 	t2 := time.Now()
-	if err := m.markRunning(sb.ID); err != nil {
+	if err := m.fs.markRunning(sb.ID); err != nil {
 		return fmt.Errorf("mark sandbox running: %w", err)
 	}
 	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
@@ -203,7 +203,7 @@ func (m *Manager) createNamespaces(sb *Sandbox) error {
 		return network.CreateNetNS(sb.NetNSPath)
 	}
 	um, gm := u.GetUids()[0], u.GetGids()[0]
-	return network.CreateNetNSInUserns(sb.NetNSPath, m.usernsPath(sb),
+	return network.CreateNetNSInUserns(sb.NetNSPath, m.fs.usernsPath(sb),
 		fmt.Sprintf("%d:%d:%d", um.GetContainerId(), um.GetHostId(), um.GetLength()),
 		fmt.Sprintf("%d:%d:%d", gm.GetContainerId(), gm.GetHostId(), gm.GetLength()))
 }
@@ -214,11 +214,11 @@ func (m *Manager) removeNamespaces(sb *Sandbox) error {
 	if sb.NetNSPath != "" {
 		errs = append(errs, network.RemoveNetNS(sb.NetNSPath))
 	}
-	if p := m.usernsPath(sb); p != "" {
+	if p := m.fs.usernsPath(sb); p != "" {
 		errs = append(errs, network.RemoveNetNS(p))
 	}
 	if sb.Pauseless {
-		errs = append(errs, m.removePins(sb.ID))
+		errs = append(errs, m.fs.removePins(sb.ID))
 	}
 	return errors.Join(errs...)
 }
@@ -247,7 +247,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 	}
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: info.args, ImageEnv: info.env,
-		NetNSPath: sb.NetNSPath, UsernsPath: m.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
+		NetNSPath: sb.NetNSPath, UsernsPath: m.fs.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
 		ImageName: img.Name(),
 	})
 	if err != nil {

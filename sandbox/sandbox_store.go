@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/sandbox"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -23,26 +25,33 @@ import (
 // it, containers take the old path (the shim groups them by the
 // io.kubernetes.cri.sandbox-id annotation).
 
+// storeRecords writes and removes pods' records in the sandbox store.
+type storeRecords struct {
+	client *client.Client
+	// enabled: containerd has a sandbox store (2.x); pods are recorded there.
+	enabled atomic.Bool
+}
+
 // detectSandboxStore tells from containerd's version whether it has a sandbox store.
-func (m *Manager) detectSandboxStore(ctx context.Context) error {
-	v, err := m.opts.Client.Version(ctx)
+func (r *storeRecords) detectSandboxStore(ctx context.Context) error {
+	v, err := r.client.Version(ctx)
 	if err != nil {
 		return fmt.Errorf("containerd version: %w", err)
 	}
-	m.sandboxStore.Store(!strings.HasPrefix(strings.TrimPrefix(v.Version, "v"), "1."))
+	r.enabled.Store(!strings.HasPrefix(strings.TrimPrefix(v.Version, "v"), "1."))
 	return nil
 }
 
 // recordInStore writes sb's record to the sandbox store; the undo removes it.
-func (m *Manager) recordInStore(ctx context.Context, sb *Sandbox, rt pod.Handler) (func(context.Context) error, error) {
-	if !m.sandboxStore.Load() {
+func (r *storeRecords) recordInStore(ctx context.Context, sb *Sandbox, rt pod.Handler) (func(context.Context) error, error) {
+	if !r.enabled.Load() {
 		return func(context.Context) error { return nil }, nil
 	}
 	opts, err := typeurl.MarshalAny(rt.Options)
 	if err != nil {
 		return nil, fmt.Errorf("runtime options: %w", err)
 	}
-	_, err = m.opts.Client.SandboxStore().Create(ctx, sandbox.Sandbox{
+	_, err = r.client.SandboxStore().Create(ctx, sandbox.Sandbox{
 		ID:      sb.ID,
 		Labels:  map[string]string{LabelKind: KindSandbox},
 		Runtime: sandbox.RuntimeOpts{Name: rt.Type, Options: opts},
@@ -51,15 +60,15 @@ func (m *Manager) recordInStore(ctx context.Context, sb *Sandbox, rt pod.Handler
 		return nil, fmt.Errorf("record sandbox %s in containerd's sandbox store: %w", sb.ID, err)
 	}
 	sb.InStore = true
-	return func(ctx context.Context) error { return m.removeFromStore(ctx, sb.ID) }, nil
+	return func(ctx context.Context) error { return r.removeFromStore(ctx, sb.ID) }, nil
 }
 
 // removeFromStore deletes the sandbox store record of id; a missing one is fine.
-func (m *Manager) removeFromStore(ctx context.Context, id string) error {
-	if !m.sandboxStore.Load() {
+func (r *storeRecords) removeFromStore(ctx context.Context, id string) error {
+	if !r.enabled.Load() {
 		return nil
 	}
-	if err := m.opts.Client.SandboxStore().Delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+	if err := r.client.SandboxStore().Delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove sandbox %s from containerd's sandbox store: %w", id, err)
 	}
 	return nil
@@ -67,11 +76,11 @@ func (m *Manager) removeFromStore(ctx context.Context, id string) error {
 
 // recoverStore reads shimd's records in the sandbox store (recovery): those of known
 // pods are marked on them, the others (a Run or Remove cut short) are deleted.
-func (m *Manager) recoverStore(ctx context.Context, known map[string]*Sandbox) error {
-	if err := m.detectSandboxStore(ctx); err != nil || !m.sandboxStore.Load() {
+func (r *storeRecords) recoverStore(ctx context.Context, known map[string]*Sandbox) error {
+	if err := r.detectSandboxStore(ctx); err != nil || !r.enabled.Load() {
 		return err
 	}
-	list, err := m.opts.Client.SandboxStore().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
+	list, err := r.client.SandboxStore().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
 	if err != nil {
 		return fmt.Errorf("list containerd's sandbox store: %w", err)
 	}
@@ -81,7 +90,7 @@ func (m *Manager) recoverStore(ctx context.Context, known map[string]*Sandbox) e
 			continue
 		}
 		log.G(ctx).WithField("sandbox", rec.ID).Info("removing sandbox store record of a pod that is gone")
-		if err := m.removeFromStore(ctx, rec.ID); err != nil {
+		if err := r.removeFromStore(ctx, rec.ID); err != nil {
 			return err
 		}
 	}

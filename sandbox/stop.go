@@ -72,14 +72,14 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	}
 	if sb.Pauseless {
 		// Only once the network is down: recovery takes a pod without it for stopped.
-		if err := m.unmarkRunning(sb.ID); err != nil {
+		if err := m.fs.unmarkRunning(sb.ID); err != nil {
 			return err
 		}
 	}
 	if stopped {
 		return nil
 	}
-	if err := m.unmountShm(sb.ID); err != nil {
+	if err := m.fs.unmountShm(sb.ID); err != nil {
 		return err
 	}
 	sb.mu.Lock()
@@ -117,11 +117,11 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	if !sb.Pauseless { // a pod without a pause task is not in containerd's sandbox store
-		if err := m.removeFromStore(ctx, sb.ID); err != nil {
+		if err := m.records.removeFromStore(ctx, sb.ID); err != nil {
 			return err
 		}
 	}
-	if err := m.removeFiles(sb.ID); err != nil {
+	if err := m.fs.removeFiles(sb.ID); err != nil {
 		return err
 	}
 	if !sb.Pauseless {
@@ -181,6 +181,6 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
 		errs = append(errs, m.opts.Network.Teardown(ctx, m.attachment(sb)))
 	}
 	errs = append(errs, m.removeNamespaces(sb))
-	errs = append(errs, m.removeFiles(sb.ID), m.deleteContainer(ctx, sb.ID), m.removeFromStore(ctx, sb.ID))
+	errs = append(errs, m.fs.removeFiles(sb.ID), m.deleteContainer(ctx, sb.ID), m.records.removeFromStore(ctx, sb.ID))
 	return errors.Join(errs...)
 }

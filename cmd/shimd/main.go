@@ -269,8 +269,8 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	})
 	pauseRef, pauseImages := pauseImage(cfg, cl, images)
 	images.Pin(pauseRef)
-	// Nothing gets a lower oom_score_adj than shimd's own (see ENVIRONMENT: no
-	// CAP_SYS_RESOURCE on some nodes).
+	// Nothing gets a lower oom_score_adj than shimd's own (lowering it needs
+	// CAP_SYS_RESOURCE, which some nodes lack: docs/operating.md).
 	minOOM := sandbox.OwnOOMScoreAdj(os.ReadFile)
 	sandboxes := sandbox.NewManager(sandbox.Options{
 		Client: cl, ContainerdAddress: cfg.Containerd.Address, Namespace: cfg.Containerd.Namespace,
@@ -311,9 +311,9 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	deleteAbandonedLeases := func(ctx context.Context) { image.DeleteAbandonedLeases(ctx, cl.LeasesService()) }
 	events := taskevents.New(taskevents.Options{
 		Events: cl, Namespace: cfg.Containerd.Namespace,
-		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, containers.TaskExit},
-		OOM:    []taskevents.OOMHandler{containers.TaskOOM},
-		Resync: []func(context.Context){sandboxes.Resync, containers.Resync, sandboxes.SweepLive, deleteAbandonedLeases},
+		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, containers.Exits().TaskExit},
+		OOM:    []taskevents.OOMHandler{containers.Exits().TaskOOM},
+		Resync: []func(context.Context){sandboxes.Resync, containers.Exits().Resync, sandboxes.SweepLive, deleteAbandonedLeases},
 		Images: []func(){images.ImagesChanged},
 		Live:   []func(bool){images.EventsLive},
 	})
