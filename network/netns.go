@@ -7,11 +7,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 
 	"github.com/containerd/containerd/v2/pkg/sys"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/shimd/shimd/pod"
 )
 
 // NetNSPath is where the network namespace of the pod with this id is pinned. It is a
@@ -86,7 +87,7 @@ func Pin(req PinRequest) (err error) {
 		}
 		for k, v := range req.Sysctls {
 			// Dotted name to path: '.' separates, a '/' is a dot inside a segment.
-			p := sysctlPath(k)
+			p := pod.SysctlPath(k)
 			if err := os.WriteFile(p, []byte(v), 0); err != nil {
 				errc <- fmt.Errorf("set sysctl %s: %w", k, err)
 				return
@@ -222,18 +223,4 @@ func Interfaces(path string) ([]InterfaceStats, error) {
 		return nil
 	})
 	return out, err
-}
-
-// sysctlPath is the /proc/sys file of a dotted sysctl name: '.' separates, a '/' is
-// a dot inside a segment.
-func sysctlPath(name string) string {
-	return filepath.Join("/proc/sys", strings.Map(func(r rune) rune {
-		switch r {
-		case '.':
-			return '/'
-		case '/':
-			return '.'
-		}
-		return r
-	}, name))
 }

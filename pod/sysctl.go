@@ -26,3 +26,7 @@ func swapDotsSlashes(s string) string {
 		return r
 	}, s)
 }
+
+// SysctlPath is the /proc/sys file of a dotted sysctl name: '.' separates, a '/' is
+// a dot inside a segment.
+func SysctlPath(name string) string { return "/proc/sys/" + swapDotsSlashes(name) }

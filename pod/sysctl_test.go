@@ -15,3 +15,9 @@ func TestNormalizeSysctlName(t *testing.T) {
 		}
 	}
 }
+
+func TestSysctlPath(t *testing.T) {
+	if got := SysctlPath("net.ipv4.conf.eno2/100.rp_filter"); got != "/proc/sys/net/ipv4/conf/eno2.100/rp_filter" {
+		t.Fatalf("got %q", got)
+	}
+}
