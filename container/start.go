@@ -43,7 +43,7 @@ func (s *Manager) Start(ctx context.Context, req *runtimeapi.StartContainerReque
 		err = s.startTask(cctx, c, st)
 	}
 	if err != nil {
-		if sb.State != pod.Ready {
+		if !s.podReady(c.SandboxID) {
 			// The pod was stopped meanwhile (its namespaces are gone): not a runtime fault.
 			err = fmt.Errorf("sandbox %s stopped while container %s started: %v: %w", c.SandboxID, c.ID, err, errdefs.ErrFailedPrecondition)
 		} else if _, ok := execStartExitCode(err); ok {
@@ -132,4 +132,10 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 // closeOnce closes c.exited unless it is closed.
 func closeOnce(c *Container) {
 	c.exitedOnce.Do(func() { close(c.exited) })
+}
+
+// podReady reads now whether a pod is READY (the facts of a pod are a snapshot).
+func (s *Manager) podReady(id string) bool {
+	p, err := s.opts.Pods.Pod(id)
+	return err == nil && p.State == pod.Ready
 }
