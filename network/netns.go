@@ -37,13 +37,10 @@ type PinRequest struct {
 }
 
 // Pin makes new namespaces (those of a pause-less pod, or a pod's network
-// namespace) on a locked OS thread that is never unlocked (it exits with its goroutine), and pins them by bind mounts. On
-// failure nothing is left pinned.
+// namespace) on a locked OS thread and pins them by bind mounts; the thread then
+// returns to its own namespaces. On failure nothing is left pinned.
 func Pin(req PinRequest) (err error) {
-	kinds := []struct {
-		path, ns string
-		flag     int
-	}{{req.NetNS, "net", unix.CLONE_NEWNET}, {req.IPCNS, "ipc", unix.CLONE_NEWIPC}, {req.UTSNS, "uts", unix.CLONE_NEWUTS}}
+	kinds := []pinKind{{req.NetNS, "net", unix.CLONE_NEWNET}, {req.IPCNS, "ipc", unix.CLONE_NEWIPC}, {req.UTSNS, "uts", unix.CLONE_NEWUTS}}
 	flags := 0
 	var made []string
 	defer func() {
@@ -73,8 +70,21 @@ func Pin(req PinRequest) (err error) {
 	}
 	errc := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread dies with this goroutine, in the pod's namespaces.
 		runtime.LockOSThread()
+		// The thread goes back to its own namespaces afterwards and is unlocked only
+		// if every one of them is restored; else it dies with this goroutine. A thread
+		// that dies sends its Pdeathsig to every child it started, so a thread must not
+		// die needlessly in a process that starts daemons.
+		orig, err := openOwnNamespaces(kinds)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer func() {
+			if restoreNamespaces(orig) {
+				runtime.UnlockOSThread()
+			}
+		}()
 		if err := unix.Unshare(flags); err != nil {
 			errc <- fmt.Errorf("unshare pod namespaces: %w", err)
 			return
@@ -86,9 +96,7 @@ func Pin(req PinRequest) (err error) {
 			}
 		}
 		for k, v := range req.Sysctls {
-			// Dotted name to path: '.' separates, a '/' is a dot inside a segment.
-			p := pod.SysctlPath(k)
-			if err := os.WriteFile(p, []byte(v), 0); err != nil {
+			if err := os.WriteFile(pod.SysctlPath(k), []byte(v), 0); err != nil {
 				errc <- fmt.Errorf("set sysctl %s: %w", k, err)
 				return
 			}
@@ -107,6 +115,51 @@ func Pin(req PinRequest) (err error) {
 		errc <- nil
 	}()
 	return <-errc
+}
+
+// pinKind is one namespace Pin makes: where to pin it, its /proc name and its
+// clone flag.
+type pinKind struct {
+	path, ns string
+	flag     int
+}
+
+// ownNamespace is a namespace the calling thread had before Pin unshared it.
+type ownNamespace struct {
+	f    *os.File
+	flag int
+}
+
+// openOwnNamespaces opens the calling thread's namespaces of the kinds asked for.
+func openOwnNamespaces(kinds []pinKind) ([]ownNamespace, error) {
+	var out []ownNamespace
+	for _, k := range kinds {
+		if k.path == "" {
+			continue
+		}
+		f, err := os.Open("/proc/thread-self/ns/" + k.ns)
+		if err != nil {
+			for _, o := range out {
+				o.f.Close()
+			}
+			return nil, fmt.Errorf("open own %s namespace: %w", k.ns, err)
+		}
+		out = append(out, ownNamespace{f: f, flag: k.flag})
+	}
+	return out, nil
+}
+
+// restoreNamespaces moves the calling thread back into its own namespaces and
+// tells whether all of them were restored.
+func restoreNamespaces(own []ownNamespace) bool {
+	ok := true
+	for _, o := range own {
+		if err := unix.Setns(int(o.f.Fd()), o.flag); err != nil {
+			ok = false
+		}
+		o.f.Close()
+	}
+	return ok
 }
 
 // CreateNetNSInUserns creates a network namespace owned by a new user namespace with
