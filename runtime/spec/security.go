@@ -22,15 +22,13 @@ func securityOpts(in Input) ([]oci.SpecOpts, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Masked and read-only paths: the runtime's defaults unless the config gives a
-	// list. NOTE: over gRPC an empty list arrives as nil, so an empty list here only
-	// comes from an in-process caller; the kubelet sends its own defaults anyway.
-	if sc.GetMaskedPaths() != nil {
-		opts = append(opts, oci.WithMaskedPaths(slices.Clone(sc.GetMaskedPaths())))
-	}
-	if sc.GetReadonlyPaths() != nil {
-		opts = append(opts, oci.WithReadonlyPaths(slices.Clone(sc.GetReadonlyPaths())))
-	}
+	// Masked and read-only paths: the CRI lists are authoritative, as in containerd
+	// 2.x and CRI-O. The kubelet sends its default lists for procMount Default and
+	// empty ones for Unmasked; over gRPC an empty list arrives as nil, so nil means
+	// "mask nothing", never "the runtime's defaults".
+	opts = append(opts,
+		oci.WithMaskedPaths(slices.Clone(sc.GetMaskedPaths())),
+		oci.WithReadonlyPaths(slices.Clone(sc.GetReadonlyPaths())))
 	if sc.GetPrivileged() {
 		if !in.SandboxConfig.GetLinux().GetSecurityContext().GetPrivileged() {
 			return nil, invalid(secField+".privileged", "the pod is not privileged")

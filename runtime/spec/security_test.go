@@ -140,12 +140,11 @@ func TestContainerPrivileged(t *testing.T) {
 }
 
 func TestContainerMaskedPaths(t *testing.T) {
-	def := defaultSpec(t)
 	runCases(t, []testCase{
-		{name: "nil: runtime defaults", check: func(t *testing.T, s *specs.Spec) {
-			require.Equal(t, def.Linux.MaskedPaths, s.Linux.MaskedPaths)
-			require.Equal(t, def.Linux.ReadonlyPaths, s.Linux.ReadonlyPaths)
-			require.NotEmpty(t, s.Linux.MaskedPaths)
+		// procMount Unmasked: the kubelet sends empty lists, which arrive as nil.
+		{name: "nil: nothing masked (the CRI lists are authoritative)", check: func(t *testing.T, s *specs.Spec) {
+			require.Empty(t, s.Linux.MaskedPaths)
+			require.Empty(t, s.Linux.ReadonlyPaths)
 		}},
 		{name: "given lists replace the defaults", mutate: func(in *Input) {
 			sc(in).MaskedPaths = []string{"/proc/a", "/proc/b"}
@@ -154,18 +153,18 @@ func TestContainerMaskedPaths(t *testing.T) {
 			require.Equal(t, []string{"/proc/a", "/proc/b"}, s.Linux.MaskedPaths)
 			require.Equal(t, []string{"/proc/c"}, s.Linux.ReadonlyPaths)
 		}},
-		{name: "empty non-nil lists clear the defaults", mutate: func(in *Input) {
+		{name: "empty non-nil lists: nothing masked", mutate: func(in *Input) {
 			sc(in).MaskedPaths = []string{}
 			sc(in).ReadonlyPaths = []string{}
 		}, check: func(t *testing.T, s *specs.Spec) {
 			require.Empty(t, s.Linux.MaskedPaths)
 			require.Empty(t, s.Linux.ReadonlyPaths)
 		}},
-		{name: "only masked given: readonly keeps defaults", mutate: func(in *Input) {
-			sc(in).MaskedPaths = []string{}
+		{name: "only masked given: no read-only paths", mutate: func(in *Input) {
+			sc(in).MaskedPaths = []string{"/proc/kcore"}
 		}, check: func(t *testing.T, s *specs.Spec) {
-			require.Empty(t, s.Linux.MaskedPaths)
-			require.Equal(t, def.Linux.ReadonlyPaths, s.Linux.ReadonlyPaths)
+			require.Equal(t, []string{"/proc/kcore"}, s.Linux.MaskedPaths)
+			require.Empty(t, s.Linux.ReadonlyPaths)
 		}},
 	})
 }
