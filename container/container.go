@@ -33,7 +33,8 @@ type Container struct {
 	ImageRef  string
 	LogPath   string // absolute; "" when the pod has no log directory
 	CreatedAt time.Time
-	// Snapshotter keeps the writable layer; StopSignal is the image's.
+	// Snapshotter keeps the writable layer; StopSignal is the config's stop signal
+	// (OCI name), else the image's STOPSIGNAL as given, else "" (signal.go).
 	Snapshotter string
 	StopSignal  string
 	User        spec.User // resolved at create, reported in status

@@ -23,7 +23,8 @@ func toContainerStatus(c *Container, st containerStatus) *runtimeapi.ContainerSt
 		ImageRef: c.ImageRef, ImageId: c.ImageID, Reason: st.Reason, Message: st.Message,
 		Labels: c.Config.GetLabels(), Annotations: c.Config.GetAnnotations(),
 		Mounts: c.Config.GetMounts(), LogPath: c.LogPath,
-		Resources: &runtimeapi.ContainerResources{Linux: c.Resources()},
+		Resources:  &runtimeapi.ContainerResources{Linux: c.Resources()},
+		StopSignal: criStopSignal(c.Config, c.StopSignal),
 	}
 	user := &runtimeapi.LinuxContainerUser{Uid: int64(c.User.UID), Gid: int64(c.User.GID)}
 	for _, g := range c.User.AdditionalGIDs {

@@ -71,13 +71,17 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	if err != nil {
 		return nil, err
 	}
+	stopSig, err := stopSignal(cfg, img.Config.Config.StopSignal)
+	if err != nil {
+		return nil, invalid("config.stop_signal", "%v", err)
+	}
 	id := newContainerID()
 	s.creating.Store(id, true) // SweepOrphans leaves it alone; after containers.add below
 	defer s.creating.Delete(id)
 	c := &Container{
 		ID: id, statusDir: s.dirs.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
 		ImageName: cfg.GetImage().GetImage(), ImageRef: imageRef(img), LogPath: logPath,
-		CreatedAt: time.Now(), Snapshotter: rt.Snapshotter, StopSignal: img.Config.Config.StopSignal,
+		CreatedAt: time.Now(), Snapshotter: rt.Snapshotter, StopSignal: stopSig,
 		exited: make(chan struct{}),
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID).WithField("sandbox", sb.ID))
@@ -237,9 +241,10 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 		SandboxPID: sb.PID, NetNSPath: sb.NetNSPath, Pauseless: sb.Pauseless, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
 		HostnamePath: files.Hostname, HostsPath: files.Hosts, ResolvConfPath: files.ResolvConf, ShmPath: files.Shm,
 		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj,
-		CgroupsPath:             pod.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
-		RecursiveReadOnlyMounts: s.opts.Node.Handlers[handlerName(sb.RuntimeHandler, s.opts.Handlers.Default)].RecursiveReadOnlyMounts,
+		CgroupsPath: pod.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
 	}
+	hf := s.opts.Node.Handlers[handlerName(sb.RuntimeHandler, s.opts.Handlers.Default)]
+	in.RecursiveReadOnlyMounts, in.MountOptions = hf.RecursiveReadOnlyMounts, hf.MountOptions
 	if ns := c.Config.GetLinux().GetSecurityContext().GetNamespaceOptions(); ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
 		target, err := s.containers.get(ns.GetTargetId())
 		if err != nil {

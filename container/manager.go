@@ -94,6 +94,9 @@ type NodeInfo struct {
 type HandlerFeatures struct {
 	RecursiveReadOnlyMounts bool
 	UserNamespaces          bool
+	// MountOptions are the mount options the OCI runtime knows; nil when it did not
+	// say (then only the plain forms of a mount's mount_options are passed).
+	MountOptions []string
 }
 
 // Manager runs containers. It is safe for concurrent use.

@@ -27,3 +27,15 @@ func (s *Manager) Status(_ context.Context, req *runtimeapi.ContainerStatusReque
 	}
 	return resp, nil
 }
+
+// StatusesOf reports every container of a pod, oldest first: the containers_statuses
+// of PodSandboxStatus, which spare an evented-PLEG kubelet a ContainerStatus call per
+// container.
+func (s *Manager) StatusesOf(podID string) []*runtimeapi.ContainerStatus {
+	cs := s.containers.inSandbox(podID)
+	out := make([]*runtimeapi.ContainerStatus, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, toContainerStatus(c, c.Status()))
+	}
+	return out
+}

@@ -8,11 +8,10 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"github.com/moby/sys/signal"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// StopContainer sends the image's STOPSIGNAL (default SIGTERM), waits up to the
+// StopContainer sends the stop signal (the config's, the image's, else SIGTERM), waits up to the
 // timeout, then SIGKILL; timeout 0 kills at once. Idempotent; unknown ids succeed.
 func (s *Manager) Stop(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	c, err := s.containers.get(req.GetContainerId())
@@ -34,12 +33,7 @@ func (s *Manager) stopContainer(ctx context.Context, c *Container, grace time.Du
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
 	if grace > 0 {
-		sig := syscall.SIGTERM
-		if c.StopSignal != "" {
-			if parsed, err := signal.ParseSignal(c.StopSignal); err == nil {
-				sig = parsed
-			}
-		}
+		sig := stopSignalNumber(c.StopSignal)
 		if err := s.exits.signal(ctx, c, sig); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Warnf("send %s", sig)
 		}

@@ -104,13 +104,17 @@ func (s *containerStore) list() []*Container {
 	return out
 }
 
-// inSandbox returns the containers of one pod.
+// inSandbox returns the containers of one pod, oldest first. It filters under the
+// lock, so a pod's status costs the pod's containers, not the node's, to sort.
 func (s *containerStore) inSandbox(sandboxID string) []*Container {
 	var out []*Container
-	for _, c := range s.list() {
+	s.mu.Lock()
+	for _, c := range s.byID {
 		if c.SandboxID == sandboxID {
 			out = append(out, c)
 		}
 	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
 }

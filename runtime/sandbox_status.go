@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -16,7 +17,12 @@ func (s *Service) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandb
 	if err != nil {
 		return nil, err
 	}
-	resp := &runtimeapi.PodSandboxStatusResponse{Status: sb.CRIStatus()}
+	// Evented PLEG: the time the statuses were read, and the pod's containers with
+	// it. The clock is read first, so a container event that happens while the
+	// statuses are gathered carries a later time and wins in the kubelet's cache.
+	resp := &runtimeapi.PodSandboxStatusResponse{Timestamp: time.Now().UnixNano()}
+	resp.Status = sb.CRIStatus()
+	resp.ContainersStatuses = s.opts.Containers.StatusesOf(sb.ID)
 	if req.GetVerbose() {
 		info := map[string]any{
 			"netNamespacePath": sb.NetNSPath,

@@ -36,6 +36,8 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 		Features: &runtimeapi.RuntimeFeatures{
 			// ResolveUser implements Merge and Strict (runtime/spec/user.go).
 			SupplementalGroupsPolicy: true,
+			// Mount.mount_options: checked and applied by runtime/spec/mount_options.go.
+			MountOptions: true,
 		},
 	}
 	for _, h := range s.opts.HandlerNames {

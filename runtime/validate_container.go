@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/container"
+	"github.com/shimd/shimd/runtime/spec"
 )
 
 // procBindTargets are the only paths under /proc runc lets a bind mount cover (the
@@ -61,9 +62,12 @@ func validateContainerConfig(cfg *runtimeapi.ContainerConfig, node container.Nod
 	return validateContainerResources("config.linux.resources", linux.GetResources(), node)
 }
 
-// validateProcess: the kernel ends arguments and environment strings at NUL, and an
-// environment name cannot hold '='.
+// validateProcess: the kernel ends arguments and environment strings at NUL, an
+// environment name cannot hold '=', and a stop signal is one of the CRI's enum.
 func validateProcess(cfg *runtimeapi.ContainerConfig) error {
+	if _, err := container.StopSignalName(cfg.GetStopSignal()); err != nil {
+		return invalid("config.stop_signal", "%v", err)
+	}
 	for name, list := range map[string][]string{"command": cfg.GetCommand(), "args": cfg.GetArgs()} {
 		for i, a := range list {
 			if err := noNUL(fmt.Sprintf("config.%s[%d]", name, i), a); err != nil {
@@ -100,6 +104,11 @@ func validateMounts(mounts []*runtimeapi.Mount) error {
 			return invalid(field+".container_path", "cannot mount over the container's root")
 		case (clean == "/proc" || strings.HasPrefix(clean, "/proc/")) && !slices.Contains(procBindTargets, clean):
 			return invalid(field+".container_path", "%s is inside /proc, where the runtime refuses mounts", quote(dst))
+		}
+		for j, o := range m.GetMountOptions() {
+			if err := spec.CheckMountOption(o); err != nil {
+				return invalid(fmt.Sprintf("%s.mount_options[%d]", field, j), "%v", err)
+			}
 		}
 		hp := m.GetHostPath()
 		if err := noNUL(field+".host_path", hp); err != nil {

@@ -51,6 +51,18 @@ func TestValidateContainerConfig(t *testing.T) {
 		{name: "env key with =", mutate: func(c *runtimeapi.ContainerConfig) {
 			c.Envs = []*runtimeapi.KeyValue{{Key: "A=B", Value: []byte("c")}}
 		}, field: "config.envs[0].key"},
+		{name: "stop signal", mutate: func(c *runtimeapi.ContainerConfig) { c.StopSignal = runtimeapi.Signal_SIGNAL_SIGRTMAX }},
+		{name: "stop signal outside the enum", mutate: func(c *runtimeapi.ContainerConfig) { c.StopSignal = 66 }, field: "config.stop_signal"},
+		{name: "negative stop signal", mutate: func(c *runtimeapi.ContainerConfig) { c.StopSignal = -1 }, field: "config.stop_signal"},
+		{name: "mount options", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/srv", ContainerPath: "/d", MountOptions: []string{"noexec", "nodev", "nosuid"}}}
+		}},
+		{name: "mount option that widens access", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/srv", ContainerPath: "/d", MountOptions: []string{"noexec", "exec"}}}
+		}, field: "config.mounts[0].mount_options[1]"},
+		{name: "mount option that sets propagation", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/srv", ContainerPath: "/d", MountOptions: []string{"rshared"}}}
+		}, field: "config.mounts[0].mount_options[0]"},
 		{name: "relative working dir", mutate: func(c *runtimeapi.ContainerConfig) { c.WorkingDir = "tmp" }, field: "config.working_dir"},
 		{name: "lxcfs proc file", mutate: mount("/proc/meminfo")},
 		{name: "mount into proc", mutate: mount("/proc/self/root/etc"), field: "config.mounts[0].container_path"},

@@ -39,7 +39,7 @@ func runtimeFeatures(ctx context.Context, binaries map[string]string) map[string
 			out[name] = container.HandlerFeatures{}
 			continue
 		}
-		hf := container.HandlerFeatures{RecursiveReadOnlyMounts: slices.Contains(f.MountOptions, "rro")}
+		hf := container.HandlerFeatures{RecursiveReadOnlyMounts: slices.Contains(f.MountOptions, "rro"), MountOptions: f.MountOptions}
 		if l := f.Linux; l != nil && l.MountExtensions != nil && l.MountExtensions.IDMap != nil && l.MountExtensions.IDMap.Enabled != nil {
 			hf.UserNamespaces = *l.MountExtensions.IDMap.Enabled && slices.Contains(l.Namespaces, "user")
 		}

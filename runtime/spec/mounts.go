@@ -101,9 +101,19 @@ func criMounts(in Input) (mounts []specs.Mount, rootPropagation string, err erro
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", field, err)
 		}
+		flags, err := mountFlagOptions(field, m.GetMountOptions(), in.MountOptions)
+		if err != nil {
+			return nil, "", err
+		}
+		if slices.Contains(flags, "ro") {
+			mode, flags = "ro", slices.DeleteFunc(flags, func(o string) bool { return o == "ro" })
+			if m.GetRecursiveReadOnly() {
+				mode = "rro"
+			}
+		}
 		mounts = append(mounts, specs.Mount{
 			Destination: path.Clean(dst), Type: "bind", Source: path.Clean(src),
-			Options:     append(opts, mode),
+			Options:     append(append(opts, mode), flags...),
 			UIDMappings: idMappings(m.GetUidMappings()), GIDMappings: idMappings(m.GetGidMappings()),
 		})
 	}

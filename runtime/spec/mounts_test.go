@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -198,4 +199,55 @@ func TestContainerPodFiles(t *testing.T) {
 		{name: "config /dev/shm wins", mutate: withMounts(bind("/dev/shm", "/mine")),
 			check: func(t *testing.T, s *specs.Spec) { require.Equal(t, "/mine", mountAt(t, s, "/dev/shm").Source) }},
 	})
+}
+
+func TestMountOptions(t *testing.T) {
+	withOpts := func(m *runtimeapi.Mount, o ...string) *runtimeapi.Mount { m.MountOptions = o; return m }
+	runcKnows := []string{"noexec", "rnoexec", "nodev", "rnodev", "nosuid", "rnosuid", "ro", "rro", "noatime", "rnoatime"}
+	known := func(in *Input) { in.MountOptions = runcKnows }
+	opts := func(dst string, want ...string) func(*testing.T, *specs.Spec) {
+		return func(t *testing.T, s *specs.Spec) { require.Equal(t, want, mountAt(t, s, dst).Options) }
+	}
+	runCases(t, []testCase{
+		{name: "flags with their recursive forms", mutate: func(in *Input) {
+			known(in)
+			withMounts(withOpts(bind("/data", "/h"), "noexec", "nodev", "nosuid", "noexec"))(in)
+		}, check: opts("/data", "rbind", "rprivate", "rw", "noexec", "rnoexec", "nodev", "rnodev", "nosuid", "rnosuid")},
+		{name: "runtime that did not say: plain flags", mutate: withMounts(withOpts(bind("/data", "/h"), "noexec")),
+			check: opts("/data", "rbind", "rprivate", "rw", "noexec")},
+		{name: "on a read-only mount", mutate: func(in *Input) {
+			known(in)
+			withMounts(withOpts(&runtimeapi.Mount{ContainerPath: "/data", HostPath: "/h", Readonly: true}, "nosuid"))(in)
+		}, check: opts("/data", "rbind", "rprivate", "ro", "nosuid", "rnosuid")},
+		{name: "ro as an option makes the mount read-only", mutate: func(in *Input) {
+			known(in)
+			withMounts(withOpts(bind("/data", "/h"), "ro", "noatime"))(in)
+		}, check: opts("/data", "rbind", "rprivate", "ro", "noatime", "rnoatime")},
+		{name: "on an id-mapped mount", mutate: func(in *Input) {
+			known(in)
+			m := withOpts(bind("/data", "/h"), "nodev")
+			m.UidMappings = []*runtimeapi.IDMapping{{HostId: 100000, ContainerId: 0, Length: 65536}}
+			m.GidMappings = m.UidMappings
+			withMounts(m)(in)
+		}, check: func(t *testing.T, s *specs.Spec) {
+			m := mountAt(t, s, "/data")
+			require.Equal(t, []string{"rbind", "rprivate", "rw", "nodev", "rnodev"}, m.Options)
+			require.Len(t, m.UIDMappings, 1)
+		}},
+		{name: "flag the runtime does not know", mutate: func(in *Input) {
+			known(in)
+			withMounts(withOpts(bind("/data", "/h"), "nosymfollow"))(in)
+		}, wantErr: errdefs.ErrNotImplemented},
+	})
+	for _, bad := range []string{"rw", "exec", "suid", "dev", "shared", "rslave", "bind", "rbind", "rro", "rnoexec",
+		"idmap", "size=1m", "mode=777", "", "NOEXEC", "defaults", "remount", "frobnicate"} {
+		t.Run("refused "+bad, func(t *testing.T) {
+			in := baseInput()
+			withMounts(withOpts(bind("/data", "/h"), "noexec", bad))(&in)
+			_, err := Container(in)
+			require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+			require.ErrorContains(t, err, "config.mounts[0].mount_options[1]")
+			require.ErrorContains(t, err, fmt.Sprintf("%q", bad))
+		})
+	}
 }

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"syscall"
 
 	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/moby/sys/signal"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -135,17 +133,4 @@ func mergeEnv(in Input) ([]string, error) {
 		}
 	}
 	return env, nil
-}
-
-// StopSignal is the signal that stops a container of this image: the image's
-// STOPSIGNAL ("SIGQUIT", "QUIT" or "3"), else SIGTERM.
-func StopSignal(image ocispec.ImageConfig) (syscall.Signal, error) {
-	if image.StopSignal == "" {
-		return syscall.SIGTERM, nil
-	}
-	sig, err := signal.ParseSignal(image.StopSignal)
-	if err != nil {
-		return 0, invalid("image.stop_signal", "%v", err)
-	}
-	return sig, nil
 }

@@ -107,6 +107,9 @@ type Input struct {
 
 	// Features of the node and of the OCI runtime in use.
 	RecursiveReadOnlyMounts bool // the runtime supports "rro" mounts
+	// MountOptions are the mount options the OCI runtime knows (`runc features`);
+	// nil when it did not say.
+	MountOptions []string
 	// UnifiedCgroups: the host runs cgroup v2 only; containers then get a private cgroup
 	// namespace unless privileged (containerd does not use one on cgroup v1).
 	UnifiedCgroups bool

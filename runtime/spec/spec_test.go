@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"syscall"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -228,32 +227,4 @@ func TestContainerLeavesInputAlone(t *testing.T) {
 	require.Equal(t, []string{"/m"}, sc(&in).MaskedPaths)
 	s.Process.User.AdditionalGids[0] = 7
 	require.Equal(t, uint32(1000), in.User.AdditionalGIDs[0])
-}
-
-func TestStopSignal(t *testing.T) {
-	tests := []struct {
-		name, in string
-		want     syscall.Signal
-		wantErr  bool
-	}{
-		{name: "default", want: syscall.SIGTERM},
-		{name: "name", in: "SIGQUIT", want: syscall.SIGQUIT},
-		{name: "name without SIG", in: "QUIT", want: syscall.SIGQUIT},
-		{name: "lower case", in: "sigint", want: syscall.SIGINT},
-		{name: "number", in: "9", want: syscall.SIGKILL},
-		{name: "RT signal", in: "SIGRTMIN+3", want: syscall.Signal(37)},
-		{name: "zero", in: "0", wantErr: true},
-		{name: "unknown", in: "SIGFOO", wantErr: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := StopSignal(ocispec.ImageConfig{StopSignal: tc.in})
-			if tc.wantErr {
-				require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
-	}
 }
