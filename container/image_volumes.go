@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,14 +63,11 @@ func (v *imageVolumes) mount(ctx context.Context, c *Container, sb pod.Pod, snap
 		if !m.GetReadonly() {
 			return nil, invalid(field+".readonly", "must be true: an image volume is read-only")
 		}
-		if sb.UserNamespace() != nil {
-			return nil, fmt.Errorf("%s: image volumes in a pod with its own user namespace are not supported: %w", field, errdefs.ErrNotImplemented)
-		}
 		img, err := v.m.opts.Images.Find(ctx, m.GetImage().GetImage())
 		if err != nil {
 			return nil, fmt.Errorf("%s.image: %w", field, err)
 		}
-		target, err := v.volume(ctx, sb.ID, img, snapshotter)
+		target, err := v.volume(ctx, sb, img, snapshotter)
 		if err != nil {
 			return nil, fmt.Errorf("%s: image volume %s: %w", field, m.GetImage().GetImage(), err)
 		}
@@ -86,8 +84,12 @@ func (v *imageVolumes) mount(ctx context.Context, c *Container, sb pod.Pod, snap
 	return cfg, nil
 }
 
-// volume mounts img for sandboxID unless it is mounted, and returns where.
-func (v *imageVolumes) volume(ctx context.Context, sandboxID string, img *image.Image, snapshotter string) (string, error) {
+// volume mounts img for the pod unless it is mounted, and returns where. In a pod
+// with its own user namespace the volume is id-mapped to it, so that the image's
+// root-owned files are root's in the pod: an overlay cannot be id-mapped itself, so
+// containerd's mount package maps its layers ("uidmap=" options) before mounting it.
+func (v *imageVolumes) volume(ctx context.Context, sb pod.Pod, img *image.Image, snapshotter string) (string, error) {
+	sandboxID := sb.ID
 	target := filepath.Join(v.dir(sandboxID), img.Target.Digest.Encoded())
 	v.mu.Lock() // mounting is rare: one at a time
 	defer v.mu.Unlock()
@@ -117,6 +119,9 @@ func (v *imageVolumes) volume(ctx context.Context, sandboxID string, img *image.
 	}
 	if err != nil {
 		return "", fmt.Errorf("view snapshot: %w", err)
+	}
+	if u := sb.UserNamespace(); u != nil {
+		mounts = idMapped(mounts, u)
 	}
 	if err := mount.All(mounts, target); err != nil {
 		return "", fmt.Errorf("mount: %w", err)
@@ -217,4 +222,22 @@ func (v *imageVolumes) sweep(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// idMapped adds the user namespace's mappings to mounts as containerd's mount
+// package reads them ("uidmap=0:100000:65536").
+func idMapped(mounts []mount.Mount, u *runtimeapi.UserNamespace) []mount.Mount {
+	list := func(ids []*runtimeapi.IDMapping) string {
+		var parts []string
+		for _, m := range ids {
+			parts = append(parts, fmt.Sprintf("%d:%d:%d", m.GetContainerId(), m.GetHostId(), m.GetLength()))
+		}
+		return strings.Join(parts, ",")
+	}
+	out := make([]mount.Mount, len(mounts))
+	for i, m := range mounts {
+		m.Options = append(slices.Clone(m.Options), "uidmap="+list(u.GetUids()), "gidmap="+list(u.GetGids()))
+		out[i] = m
+	}
+	return out
 }

@@ -38,6 +38,9 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 			SupplementalGroupsPolicy: true,
 			// Mount.mount_options: checked and applied by runtime/spec/mount_options.go.
 			MountOptions: true,
+			// A pod user namespace with the node's network works wherever the default
+			// handler's runtime runs pod user namespaces at all.
+			UserNamespacesHostNetwork: s.opts.Node.Handlers[s.opts.Handlers.Default].UserNamespaces,
 		},
 	}
 	for _, h := range s.opts.HandlerNames {

@@ -76,9 +76,9 @@ func validateUserns(ns *runtimeapi.NamespaceOption) error {
 		}
 		return nil
 	case runtimeapi.NamespaceMode_POD:
-		if ns.GetNetwork() == runtimeapi.NamespaceMode_NODE {
-			return invalid(field, "a pod user namespace cannot share the node's network")
-		}
+		// With the node's network too (user_namespaces_host_network): the pause
+		// container makes the user namespace, the containers join it, and /sys is
+		// the host's, bound read-only (runtime/spec/mounts.go).
 	default:
 		return invalid(field+".mode", "unsupported mode %s", u.GetMode())
 	}

@@ -94,8 +94,10 @@ func (l layout) netnsDir() string { return filepath.Join(l.state, "netns") }
 func (l layout) usernsDir() string { return filepath.Join(l.state, "userns") }
 
 // usernsPath is where the user namespace of a pod with its own is pinned, else "".
+// It is pinned with the network namespace it owns; a pod on the node's network has
+// none, and its pause container makes the user namespace instead.
 func (l layout) usernsPath(sb *Sandbox) string {
-	if sb.UserNamespace() == nil {
+	if sb.UserNamespace() == nil || sb.NetNSPath == "" {
 		return ""
 	}
 	return filepath.Join(l.usernsDir(), sb.ID)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/containerd/containerd/v2/core/containers"
@@ -119,6 +120,11 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 	}
 	if u := nsOpts.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
 		opts = append(opts, oci.WithUserNamespace(idMappings(u.GetUids()), idMappings(u.GetGids())))
+		if nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE {
+			// sysfs cannot be mounted in a user namespace that does not own the
+			// network namespace; pause needs no /sys.
+			opts = append(opts, withoutMount("/sys"))
+		}
 		if in.UsernsPath != "" {
 			opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.UserNamespace, Path: in.UsernsPath}))
 		}
@@ -137,6 +143,13 @@ func idMappings(m []*runtimeapi.IDMapping) []specs.LinuxIDMapping {
 		out = append(out, specs.LinuxIDMapping{ContainerID: id.GetContainerId(), HostID: id.GetHostId(), Size: id.GetLength()})
 	}
 	return out
+}
+
+func withoutMount(dst string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == dst })
+		return nil
+	}
 }
 
 func withoutRlimits(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {

@@ -56,6 +56,22 @@ func TestPauseSpec(t *testing.T) {
 			}
 			require.Empty(t, s.Hostname)
 		}},
+		{name: "host network with a pod user namespace: no /sys", mutate: func(c *runtimeapi.PodSandboxConfig, in *PauseSpecInput) {
+			ids := []*runtimeapi.IDMapping{{HostId: 100000, Length: 65536}}
+			c.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE,
+				UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: ids, Gids: ids}}
+			in.NetNSPath = ""
+		}, check: func(t *testing.T, s *specs.Spec) {
+			_, ok := nsPath(s, specs.NetworkNamespace)
+			require.False(t, ok)
+			p, ok := nsPath(s, specs.UserNamespace)
+			require.True(t, ok)
+			require.Empty(t, p, "pause makes the user namespace")
+			require.Equal(t, []specs.LinuxIDMapping{{HostID: 100000, Size: 65536}}, s.Linux.UIDMappings)
+			for _, m := range s.Mounts {
+				require.NotEqual(t, "/sys", m.Destination)
+			}
+		}},
 		{name: "oom_score_adj clamped to shimd's own", mutate: func(_ *runtimeapi.PodSandboxConfig, in *PauseSpecInput) {
 			in.MinOOMScoreAdj = -500
 		}, check: func(t *testing.T, s *specs.Spec) {
