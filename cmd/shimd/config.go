@@ -27,7 +27,10 @@ type Config struct {
 	StateDir string `toml:"state_dir"`
 	// LogLevel is one of trace, debug, info, warn, error.
 	LogLevel string `toml:"log_level"`
-	// CgroupDriver is reported to the kubelet: cgroupfs or systemd.
+	// CgroupDriver is cgroupfs or systemd: the form of cgroupsPath runc gets, runc's
+	// own driver (runtimes.NAME.systemd_cgroup follows it), and what RuntimeConfig
+	// reports to the kubelet. Not given, it follows the default runtime's
+	// systemd_cgroup.
 	CgroupDriver string `toml:"cgroup_driver"`
 	// DefaultRuntime names the entry of Runtimes used for an empty runtime handler.
 	DefaultRuntime string `toml:"default_runtime"`
@@ -78,7 +81,8 @@ type RuntimeConfig struct {
 	BinaryName string `toml:"binary_name"`
 	// Root is the OCI runtime's state root (empty: the shim's default).
 	Root string `toml:"root"`
-	// SystemdCgroup makes runc use the systemd cgroup driver.
+	// SystemdCgroup makes runc use the systemd cgroup driver. Not given, it follows
+	// cgroup_driver; given, it must agree with it.
 	SystemdCgroup bool `toml:"systemd_cgroup"`
 	// ConfigPath is the options file of a shim other than runc's (for
 	// io.containerd.runsc.v1, the runsc shim's TOML file: binary_name, root,
@@ -223,7 +227,46 @@ func parseConfig(cfg Config, data []byte, path string) (Config, error) {
 		sort.Strings(keys)
 		return cfg, fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", "))
 	}
+	if err := cfg.deriveCgroupDriver(md); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
 	return cfg, cfg.Validate()
+}
+
+// deriveCgroupDriver makes cgroup_driver and the runc handlers' systemd_cgroup one
+// setting, as containerd does (its CRI plugin reports the default runtime's
+// SystemdCgroup): either key alone sets the other; given both, they must agree.
+// cgroup_driver, when not given, follows the default runtime's systemd_cgroup; a runc
+// handler whose systemd_cgroup is not given follows cgroup_driver.
+func (c *Config) deriveCgroupDriver(md toml.MetaData) error {
+	given := func(name string) bool { return md.IsDefined("runtimes", name, "systemd_cgroup") }
+	if !md.IsDefined("cgroup_driver") {
+		if rt, ok := c.Runtimes[c.DefaultRuntime]; ok && isShim(rt.Type, RuncType) && given(c.DefaultRuntime) && rt.SystemdCgroup {
+			c.CgroupDriver = "systemd"
+		}
+	}
+	for _, name := range sortedKeys(c.Runtimes) {
+		rt := c.Runtimes[name]
+		if !isShim(rt.Type, RuncType) || given(name) {
+			continue
+		}
+		rt.SystemdCgroup = c.CgroupDriver == "systemd"
+		c.Runtimes[name] = rt
+	}
+	return c.checkCgroupDriver()
+}
+
+// checkCgroupDriver refuses a runc handler whose systemd_cgroup contradicts
+// cgroup_driver: runc would get a cgroupsPath in the other driver's form.
+func (c *Config) checkCgroupDriver() error {
+	for _, name := range sortedKeys(c.Runtimes) {
+		rt := c.Runtimes[name]
+		if isShim(rt.Type, RuncType) && rt.SystemdCgroup != (c.CgroupDriver == "systemd") {
+			return fmt.Errorf("config keys cgroup_driver and runtimes.%s.systemd_cgroup contradict each other "+
+				"(cgroup_driver = %q, systemd_cgroup = %t): set one of them, or both to the same driver", name, c.CgroupDriver, rt.SystemdCgroup)
+		}
+	}
+	return nil
 }
 
 // Validate rejects values shimd cannot work with, naming the key.
@@ -262,6 +305,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CgroupDriver != "cgroupfs" && c.CgroupDriver != "systemd" {
 		return fmt.Errorf("config key cgroup_driver: %q is not cgroupfs or systemd", c.CgroupDriver)
+	}
+	if err := c.checkCgroupDriver(); err != nil {
+		return err
 	}
 	if c.Containerd.Namespace == "" || c.Containerd.Namespace == "k8s.io" {
 		return fmt.Errorf("config key containerd.namespace: %q is not allowed (must be set, and not k8s.io, which containerd's own CRI plugin uses)", c.Containerd.Namespace)

@@ -151,3 +151,58 @@ func TestCommentedDefaultConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, DefaultConfig(), c)
 }
+
+// cgroup_driver and runtimes.NAME.systemd_cgroup are one setting: either alone sets
+// the other, both must agree.
+func TestOneCgroupDriver(t *testing.T) {
+	parse := func(file string) (Config, error) { return parseConfig(DefaultConfig(), []byte(file), "test.toml") }
+	tests := []struct {
+		name, file string
+		driver     string
+		systemd    map[string]bool
+		wantErr    string
+	}{
+		{name: "defaults", driver: "cgroupfs", systemd: map[string]bool{"runc": false}},
+		{name: "cgroup_driver sets runc's", file: "cgroup_driver = \"systemd\"\n", driver: "systemd", systemd: map[string]bool{"runc": true}},
+		{name: "default runtime's systemd_cgroup sets the driver", file: "[runtimes.runc]\ntype = \"io.containerd.runc.v2\"\nsystemd_cgroup = true\n",
+			driver: "systemd", systemd: map[string]bool{"runc": true}},
+		{name: "every runc handler follows", file: "cgroup_driver = \"systemd\"\n[runtimes.other]\ntype = \"io.containerd.runc.v2\"\nbinary_name = \"runc2\"\n",
+			driver: "systemd", systemd: map[string]bool{"runc": true, "other": true}},
+		{name: "both agree", file: "cgroup_driver = \"systemd\"\n[runtimes.runc]\ntype = \"io.containerd.runc.v2\"\nsystemd_cgroup = true\n",
+			driver: "systemd", systemd: map[string]bool{"runc": true}},
+		{name: "systemd_cgroup true under cgroupfs", file: "cgroup_driver = \"cgroupfs\"\n[runtimes.runc]\ntype = \"io.containerd.runc.v2\"\nsystemd_cgroup = true\n",
+			wantErr: "config keys cgroup_driver and runtimes.runc.systemd_cgroup contradict each other"},
+		{name: "systemd_cgroup false under systemd", file: "cgroup_driver = \"systemd\"\n[runtimes.runc]\ntype = \"io.containerd.runc.v2\"\nsystemd_cgroup = false\n",
+			wantErr: "config keys cgroup_driver and runtimes.runc.systemd_cgroup contradict each other"},
+		{name: "another handler's systemd_cgroup contradicts the derived driver",
+			file:    "[runtimes.other]\ntype = \"io.containerd.runc.v2\"\nsystemd_cgroup = true\n",
+			wantErr: "runtimes.other.systemd_cgroup"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parse(tc.file)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.driver, c.CgroupDriver)
+			for name, want := range tc.systemd {
+				require.Equal(t, want, c.Runtimes[name].SystemdCgroup, name)
+			}
+		})
+	}
+	// Validate alone (flags over a file) catches the contradiction too.
+	c := DefaultConfig()
+	c.CgroupDriver = "systemd"
+	require.ErrorContains(t, c.Validate(), "contradict")
+}
+
+func TestSystemdDriverNeedsSystemd(t *testing.T) {
+	defer func(old string) { systemdRunDir = old }(systemdRunDir)
+	systemdRunDir = filepath.Join(t.TempDir(), "system")
+	require.NoError(t, checkCgroupDriverHost("cgroupfs"))
+	require.ErrorContains(t, checkCgroupDriverHost("systemd"), "config key cgroup_driver: \"systemd\" needs systemd running as PID 1")
+	require.NoError(t, os.Mkdir(systemdRunDir, 0o755))
+	require.NoError(t, checkCgroupDriverHost("systemd"))
+}

@@ -145,6 +145,9 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	ctx = namespaces.WithNamespace(ctx, cfg.Containerd.Namespace)
 
 	// 1.
+	if err := checkCgroupDriverHost(cfg.CgroupDriver); err != nil {
+		return err
+	}
 	dirs := map[string]string{"root_dir": cfg.RootDir, "state_dir": cfg.StateDir, "cni.cache_dir": cfg.CNI.CacheDir}
 	for _, k := range sortedKeys(dirs) {
 		if err := os.MkdirAll(dirs[k], 0o711); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 
 	"github.com/containerd/log"
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -24,4 +26,21 @@ func notifySystemd(ctx context.Context, state string) {
 	case sent:
 		log.G(ctx).WithField("state", state).Debug("systemd notified")
 	}
+}
+
+// systemdRunDir exists when systemd is PID 1 (sd_booted(3)).
+var systemdRunDir = "/run/systemd/system"
+
+// checkCgroupDriverHost refuses the systemd cgroup driver where systemd is not
+// running: runc would fail every pod at its first cgroup ("dbus: connection
+// refused"); saying so at start names the key to change.
+func checkCgroupDriverHost(driver string) error {
+	if driver != "systemd" {
+		return nil
+	}
+	if st, err := os.Stat(systemdRunDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("config key cgroup_driver: %q needs systemd running as PID 1, and this host has none (no %s); "+
+			"set cgroup_driver = \"cgroupfs\" (runtimes.NAME.systemd_cgroup follows it)", driver, systemdRunDir)
+	}
+	return nil
 }
