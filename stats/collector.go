@@ -1,8 +1,10 @@
 // Package stats answers the CRI's stats and metrics calls: cgroup samples of pods'
 // and containers' tasks (through containerd), writable-layer usage (through the
 // snapshotter) and network counters (read in the pod's network namespace), converted
-// to CRI ContainerStats, PodSandboxStats and cAdvisor-named metrics. It keeps only
-// the last CPU sample per task, to give usage_nano_cores.
+// to CRI ContainerStats, PodSandboxStats and cAdvisor-named metrics, with the
+// pressure (PSI) it reads from the cgroup2 hierarchy where containerd's metrics lack
+// it (cgroupfs.go). It keeps only the last CPU sample per task, to give
+// usage_nano_cores.
 package stats
 
 import (
@@ -47,11 +49,12 @@ type Options struct {
 // Collector samples pods and containers. It is safe for concurrent use.
 type Collector struct {
 	opts  Options
+	host  hostFS
 	rates cpuRates
 }
 
 // New makes a Collector.
-func New(opts Options) *Collector { return &Collector{opts: opts} }
+func New(opts Options) *Collector { return &Collector{opts: opts, host: detectHost()} }
 
 // Forget drops what the collector keeps of a removed container or pod.
 func (s *Collector) Forget(id string) {

@@ -10,7 +10,8 @@ import (
 // descriptor's name, help and label keys. The names and labels are cAdvisor's, as
 // containerd 2.x reports them: every metric has the labels pod, namespace, container,
 // id and image (a pod-level metric has container and image "" and the pod's id);
-// network metrics add interface, filesystem metrics device.
+// network metrics add interface, filesystem metrics (usage and I/O) device. The
+// pressure metrics (container_pressure_*) are the kubelet's KubeletPSI ones.
 
 var (
 	baseMetricLabels    = []string{"pod", "namespace", "container", "id", "image"}
@@ -54,7 +55,12 @@ var (
 	mMemFailures      = counter("container_memory_failures_total", "Cumulative count of memory allocation failures.", append(append([]string(nil), baseMetricLabels...), "failure_type", "scope"))
 	mOOMEvents        = counter("container_oom_events_total", "Count of out of memory events observed for the container", baseMetricLabels)
 	mProcesses        = gauge("container_processes", "Number of processes running inside the container.", baseMetricLabels)
+	mThreads          = gauge("container_threads", "Number of threads running inside the container", baseMetricLabels)
 	mThreadsMax       = gauge("container_threads_max", "Maximum number of threads allowed inside the container, infinity if value is zero", baseMetricLabels)
+	mFsReadBytes      = counter("container_fs_reads_bytes_total", "Cumulative count of bytes read", fsMetricLabels)
+	mFsReads          = counter("container_fs_reads_total", "Cumulative count of reads completed", fsMetricLabels)
+	mFsWriteBytes     = counter("container_fs_writes_bytes_total", "Cumulative count of bytes written", fsMetricLabels)
+	mFsWrites         = counter("container_fs_writes_total", "Cumulative count of writes completed", fsMetricLabels)
 	mFsUsage          = gauge("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.", fsMetricLabels)
 	mLastSeen         = gauge("container_last_seen", "Last time a container was seen by the exporter", baseMetricLabels)
 	mStartTime        = gauge("container_start_time_seconds", "Start time of the container since unix epoch in seconds.", baseMetricLabels)
@@ -75,10 +81,22 @@ var (
 		mCPUUsage, mCPUUser, mCPUSystem, mCPUPeriods, mCPUThrottled, mCPUThrottledSecs,
 		mMemCache, mMemRSS, mMemMapped, mMemSwap, mMemFailcnt, mMemUsage, mMemMaxUsage, mMemWorkingSet,
 		mMemActiveFile, mMemInactiveFile, mMemFailures, mOOMEvents,
-		mProcesses, mThreadsMax, mFsUsage, mLastSeen, mStartTime,
+		mProcesses, mThreads, mThreadsMax, mFsUsage, mFsReadBytes, mFsReads, mFsWriteBytes, mFsWrites, mLastSeen, mStartTime,
 		mSpecCPUPeriod, mSpecCPUQuota, mSpecCPUShares, mSpecMemLimit, mSpecMemSwapLimit,
 		mNetRxBytes, mNetRxPackets, mNetRxDropped, mNetRxErrors, mNetTxBytes, mNetTxPackets, mNetTxDropped, mNetTxErrors,
+		mPressureCPUStalled, mPressureCPUWaiting, mPressureMemStalled, mPressureMemWaiting, mPressureIOStalled, mPressureIOWaiting,
 	}
+)
+
+// The kubelet's pressure (PSI) counters, as cAdvisor names them: "stalled" is full,
+// "waiting" some.
+var (
+	mPressureCPUStalled = counter("container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion.", baseMetricLabels)
+	mPressureCPUWaiting = counter("container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion.", baseMetricLabels)
+	mPressureMemStalled = counter("container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion.", baseMetricLabels)
+	mPressureMemWaiting = counter("container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion.", baseMetricLabels)
+	mPressureIOStalled  = counter("container_pressure_io_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to IO congestion.", baseMetricLabels)
+	mPressureIOWaiting  = counter("container_pressure_io_waiting_seconds_total", "Total time duration tasks in the container have waited due to IO congestion.", baseMetricLabels)
 )
 
 // metricSet collects the metrics of one pod or container, all with the same base

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
@@ -24,42 +25,46 @@ func Descriptors() []*runtimeapi.MetricDescriptor {
 	return out
 }
 
-// PodMetrics reads a pod's metrics and its running containers'.
+// PodMetrics reads a pod's metrics and its running containers'. The pod's own are
+// its network counters and its cgroup's pressure.
 func (s *Collector) PodMetrics(ctx context.Context, sb pod.Pod) *runtimeapi.PodSandboxMetrics {
 	meta := sb.Config.GetMetadata()
 	out := &runtimeapi.PodSandboxMetrics{PodSandboxId: sb.ID}
+	groups := []string{s.host.ownGroup(sb.PID)}
+	for _, c := range s.opts.Containers.StatsOf(sb.ID) {
+		if cm, group := s.containerMetrics(ctx, c, meta); cm != nil {
+			out.ContainerMetrics = append(out.ContainerMetrics, cm)
+			groups = append(groups, group)
+		}
+	}
+	pod := metricSet{labels: []string{meta.GetName(), meta.GetNamespace(), "", sb.ID, ""}}
 	if sb.NetNSPath != "" {
 		ifaces, err := network.Interfaces(sb.NetNSPath)
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("sandbox", sb.ID).Debug("pod metrics: network counters")
 		}
-		pod := metricSet{labels: []string{meta.GetName(), meta.GetNamespace(), "", sb.ID, ""}}
 		for _, it := range ifaces {
 			networkMetrics(&pod, it)
 		}
-		out.Metrics = pod.out
 	}
-	for _, c := range s.opts.Containers.StatsOf(sb.ID) {
-		if cm := s.containerMetrics(ctx, c, meta); cm != nil {
-			out.ContainerMetrics = append(out.ContainerMetrics, cm)
-		}
-	}
+	pressureMetrics(&pod, s.podPSI(sb, groups...))
+	out.Metrics = pod.out
 	return out
 }
 
 // containerMetrics reads one running container; nil if it is not running or its
 // cgroup cannot be read.
-func (s *Collector) containerMetrics(ctx context.Context, c Container, pod *runtimeapi.PodSandboxMetadata) *runtimeapi.ContainerMetrics {
+func (s *Collector) containerMetrics(ctx context.Context, c Container, pod *runtimeapi.PodSandboxMetadata) (*runtimeapi.ContainerMetrics, string) {
 	if !c.Running {
-		return nil
+		return nil, ""
 	}
-	data, _, err := taskCgroupMetrics(ctx, s.opts.Client, c.ID)
+	tm, err := readTask(ctx, s.opts.Client, s.host, c.ID)
 	if err != nil {
 		log.G(ctx).WithError(err).WithField("container", c.ID).Debug("container metrics: cgroup")
-		return nil
+		return nil, ""
 	}
 	m := metricSet{labels: []string{pod.GetName(), pod.GetNamespace(), c.Metadata.GetName(), c.ID, c.ImageName}}
-	cgroupMetrics(&m, data)
+	cgroupMetrics(&m, tm, s.host.blockDevice)
 	m.add(mLastSeen, uint64(time.Now().Unix()))
 	m.add(mStartTime, uint64(time.Unix(0, c.StartedAt).Unix()))
 	specMetrics(&m, c.Resources)
@@ -67,7 +72,7 @@ func (s *Collector) containerMetrics(ctx context.Context, c Container, pod *runt
 	if u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID); err == nil && rootErr == nil {
 		m.add(mFsUsage, uint64(u.Size), root)
 	}
-	return &runtimeapi.ContainerMetrics{ContainerId: c.ID, Metrics: m.out}
+	return &runtimeapi.ContainerMetrics{ContainerId: c.ID, Metrics: m.out}, tm.group
 }
 
 func networkMetrics(m *metricSet, it network.InterfaceStats) {
@@ -97,11 +102,15 @@ func specMetrics(m *metricSet, r *runtimeapi.LinuxContainerResources) {
 	}
 }
 
-// cgroupMetrics converts a task's cgroup v1 or v2 metrics. CPU times are whole
-// seconds: a CRI metric value is an integer.
-func cgroupMetrics(m *metricSet, data any) {
+// cgroupMetrics converts a task's cgroup v1 or v2 metrics; dev names a block device.
+// CPU times are whole seconds: a CRI metric value is an integer.
+func cgroupMetrics(m *metricSet, tm taskMetrics, dev func(major, minor uint64) string) {
 	const sec = uint64(time.Second)
-	switch d := data.(type) {
+	smp, err := sampleOf(tm)
+	if err != nil {
+		return
+	}
+	switch d := tm.data.(type) {
 	case *v1.Metrics:
 		cpu := d.GetCPU()
 		m.add(mCPUUsage, cpu.GetUsage().GetTotal()/sec)
@@ -111,25 +120,21 @@ func cgroupMetrics(m *metricSet, data any) {
 		m.add(mCPUThrottled, cpu.GetThrottling().GetThrottledPeriods())
 		m.add(mCPUThrottledSecs, cpu.GetThrottling().GetThrottledTime()/sec)
 		mem := d.GetMemory()
-		usage := mem.GetUsage().GetUsage()
 		m.add(mMemCache, mem.GetTotalCache())
 		m.add(mMemRSS, mem.GetTotalRSS())
 		m.add(mMemMapped, mem.GetTotalMappedFile())
-		if sw := mem.GetSwap().GetUsage(); sw > usage {
-			m.add(mMemSwap, sw-usage) // memsw counts memory and swap
-		} else {
-			m.add(mMemSwap, 0)
-		}
 		m.add(mMemFailcnt, mem.GetUsage().GetFailcnt())
-		m.add(mMemUsage, usage)
+		m.add(mMemUsage, smp.memUsage)
 		m.add(mMemMaxUsage, mem.GetUsage().GetMax())
-		m.add(mMemWorkingSet, workingSet(usage, mem.GetTotalInactiveFile()))
+		m.add(mMemWorkingSet, smp.memWS)
 		m.add(mMemActiveFile, mem.GetTotalActiveFile())
 		m.add(mMemInactiveFile, mem.GetTotalInactiveFile())
 		memoryFailures(m, mem.GetTotalPgFault(), mem.GetTotalPgMajFault())
 		m.add(mOOMEvents, d.GetMemoryOomControl().GetOomKill())
-		m.add(mProcesses, d.GetPids().GetCurrent())
-		m.add(mThreadsMax, d.GetPids().GetLimit())
+		if d.GetPids() != nil {
+			m.add(mThreadsMax, d.GetPids().GetLimit()) // "max" reads as 0
+		}
+		ioMetrics(m, blkioCounters(d.GetBlkio(), dev))
 	case *v2.Metrics:
 		const usec = uint64(time.Second / time.Microsecond)
 		cpu := d.GetCPU()
@@ -143,18 +148,116 @@ func cgroupMetrics(m *metricSet, data any) {
 		m.add(mMemCache, mem.GetFile())
 		m.add(mMemRSS, mem.GetAnon())
 		m.add(mMemMapped, mem.GetFileMapped())
-		m.add(mMemSwap, mem.GetSwapUsage())
-		m.add(mMemUsage, mem.GetUsage())
+		m.add(mMemUsage, smp.memUsage)
 		if mx := mem.GetMaxUsage(); mx > 0 {
 			m.add(mMemMaxUsage, mx)
 		}
-		m.add(mMemWorkingSet, workingSet(mem.GetUsage(), mem.GetInactiveFile()))
+		m.add(mMemWorkingSet, smp.memWS)
 		m.add(mMemActiveFile, mem.GetActiveFile())
 		m.add(mMemInactiveFile, mem.GetInactiveFile())
 		memoryFailures(m, mem.GetPgfault(), mem.GetPgmajfault())
 		m.add(mOOMEvents, d.GetMemoryEvents().GetOomKill())
-		m.add(mProcesses, d.GetPids().GetCurrent())
-		m.add(mThreadsMax, d.GetPids().GetLimit())
+		if smp.tasks != nil {
+			limit := d.GetPids().GetLimit()
+			if limit >= unlimited {
+				limit = 0 // "max": cAdvisor's infinity
+			}
+			m.add(mThreadsMax, limit)
+		}
+		ioMetrics(m, ioStatCounters(d.GetIo(), dev))
+	}
+	if smp.swap != nil {
+		m.add(mMemSwap, smp.swap.usage)
+	}
+	if smp.tasks != nil {
+		// pids.current counts threads: the processes as containerd reports them.
+		m.add(mProcesses, *smp.tasks)
+		m.add(mThreads, *smp.tasks)
+	}
+	pressureMetrics(m, smp.psi)
+}
+
+// ioCounter is one block device's I/O of a cgroup.
+type ioCounter struct {
+	device                               string
+	readBytes, writeBytes, reads, writes uint64
+}
+
+// blkioCounters sums cgroup v1's blkio counters (the CFQ/BFQ recursive files or,
+// as the shim falls back, the throttle ones) per device.
+func blkioCounters(b *v1.BlkIOStat, dev func(major, minor uint64) string) []ioCounter {
+	var out []ioCounter
+	at := map[[2]uint64]int{}
+	add := func(e *v1.BlkIOEntry, bytes bool) {
+		key := [2]uint64{e.GetMajor(), e.GetMinor()}
+		i, ok := at[key]
+		if !ok {
+			name := e.GetDevice()
+			if name == "" {
+				name = dev(e.GetMajor(), e.GetMinor())
+			}
+			i = len(out)
+			at[key] = i
+			out = append(out, ioCounter{device: name})
+		}
+		c := &out[i]
+		switch {
+		case strings.EqualFold(e.GetOp(), "read") && bytes:
+			c.readBytes += e.GetValue()
+		case strings.EqualFold(e.GetOp(), "write") && bytes:
+			c.writeBytes += e.GetValue()
+		case strings.EqualFold(e.GetOp(), "read"):
+			c.reads += e.GetValue()
+		case strings.EqualFold(e.GetOp(), "write"):
+			c.writes += e.GetValue()
+		}
+	}
+	for _, e := range b.GetIoServiceBytesRecursive() {
+		add(e, true)
+	}
+	for _, e := range b.GetIoServicedRecursive() {
+		add(e, false)
+	}
+	return out
+}
+
+// ioStatCounters takes cgroup v2's io.stat per device.
+func ioStatCounters(io *v2.IOStat, dev func(major, minor uint64) string) []ioCounter {
+	var out []ioCounter
+	for _, e := range io.GetUsage() {
+		out = append(out, ioCounter{device: dev(e.GetMajor(), e.GetMinor()),
+			readBytes: e.GetRbytes(), writeBytes: e.GetWbytes(), reads: e.GetRios(), writes: e.GetWios()})
+	}
+	return out
+}
+
+func ioMetrics(m *metricSet, cs []ioCounter) {
+	for _, c := range cs {
+		m.add(mFsReadBytes, c.readBytes, c.device)
+		m.add(mFsReads, c.reads, c.device)
+		m.add(mFsWriteBytes, c.writeBytes, c.device)
+		m.add(mFsWrites, c.writes, c.device)
+	}
+}
+
+// pressureMetrics are cAdvisor's PSI counters: "stalled" is full, "waiting" some, in
+// whole seconds (the kernel counts microseconds). None where the kernel has no PSI.
+func pressureMetrics(m *metricSet, p psiSet) {
+	const usec = uint64(time.Second / time.Microsecond)
+	for _, r := range []struct {
+		psi              *v2.PSIStats
+		stalled, waiting metricDesc
+	}{
+		{p.cpu, mPressureCPUStalled, mPressureCPUWaiting},
+		{p.memory, mPressureMemStalled, mPressureMemWaiting},
+		{p.io, mPressureIOStalled, mPressureIOWaiting},
+	} {
+		if full := r.psi.GetFull(); full != nil {
+			m.add(r.stalled, full.GetTotal()/usec)
+		}
+		if some := r.psi.GetSome(); some != nil {
+			m.add(r.waiting, some.GetTotal()/usec)
+		}
 	}
 }
 

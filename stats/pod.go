@@ -10,25 +10,36 @@ import (
 	"github.com/shimd/shimd/pod"
 )
 
-// PodStats samples a pod: its own task, its containers and its network.
+// PodStats samples a pod: its own task, its containers and its network. CPU, memory
+// and the process count add up the pause task's and the running containers' cgroups;
+// pressure is the pod cgroup's own (PSI does not add up), when the pod has a cgroup
+// parent.
 func (s *Collector) PodStats(ctx context.Context, sb pod.Pod) *runtimeapi.PodSandboxStats {
 	now := time.Now()
 	linux := &runtimeapi.LinuxPodSandboxStats{}
 	total := cgroupSample{at: now}
-	if smp, err := taskSample(ctx, s.opts.Client, sb.ID); err == nil {
+	var groups []string
+	if smp, err := s.taskSample(ctx, sb.ID); err == nil {
 		addSample(&total, smp)
+		groups = append(groups, smp.group)
 	}
 	for _, c := range s.opts.Containers.StatsOf(sb.ID) {
 		cs := s.ContainerStats(ctx, c)
 		linux.Containers = append(linux.Containers, cs)
 		if c.Running {
-			if smp, err := taskSample(ctx, s.opts.Client, c.ID); err == nil {
+			if smp, err := s.taskSample(ctx, c.ID); err == nil {
 				addSample(&total, smp)
+				groups = append(groups, smp.group)
 			}
 		}
 	}
+	total.psi = s.podPSI(sb, groups...)
 	linux.Cpu, linux.Memory = s.cpuMem("pod:"+sb.ID, total)
+	linux.Io = ioUsage(total)
 	linux.Process = &runtimeapi.ProcessUsage{Timestamp: now.UnixNano()}
+	if total.tasks != nil {
+		linux.Process.ProcessCount = &runtimeapi.UInt64Value{Value: *total.tasks}
+	}
 	if sb.NetNSPath != "" && sb.State == pod.Ready {
 		if ifaces, err := network.Interfaces(sb.NetNSPath); err == nil {
 			linux.Network = &runtimeapi.NetworkUsage{Timestamp: now.UnixNano()}
@@ -53,6 +64,18 @@ func (s *Collector) PodStats(ctx context.Context, sb pod.Pod) *runtimeapi.PodSan
 	}
 }
 
+// podPSI reads the pressure of the pod's cgroup, found as the parent of the first of
+// its tasks' own groups that lies under the pod's cgroup parent.
+func (s *Collector) podPSI(sb pod.Pod, taskGroups ...string) psiSet {
+	parent := sb.Config.GetLinux().GetCgroupParent()
+	for _, g := range taskGroups {
+		if dir := podGroup(g, parent); dir != "" {
+			return readPSI(dir)
+		}
+	}
+	return psiSet{}
+}
+
 func addSample(total *cgroupSample, s cgroupSample) {
 	total.cpuNanos += s.cpuNanos
 	total.memUsage += s.memUsage
@@ -60,4 +83,11 @@ func addSample(total *cgroupSample, s cgroupSample) {
 	total.memRSS += s.memRSS
 	total.pageFaults += s.pageFaults
 	total.majorPageFaults += s.majorPageFaults
+	if s.tasks != nil {
+		n := *s.tasks
+		if total.tasks != nil {
+			n += *total.tasks
+		}
+		total.tasks = &n
+	}
 }

@@ -14,14 +14,56 @@ import (
 	"github.com/shimd/shimd/ctrd"
 )
 
-// cgroupSample is what shimd reads of one task's cgroup (v1 or v2).
+// taskMetrics is what shimd reads of one task's cgroup: containerd's metrics (a
+// *v1.Metrics or a *v2.Metrics, as the shim read them) and what shimd reads itself
+// beside them (cgroupfs.go).
+type taskMetrics struct {
+	data any
+	at   time.Time
+	// group is the task's own cgroup2 group ("" when it has none: a v1 host without
+	// the unified hierarchy, a task that did not join it, or one that has exited).
+	group string
+	// psi is the group's pressure as shimd read it on a hybrid v1 host (on v2 the
+	// shim's metrics carry it: see pressure).
+	psi psiSet
+	// swapFile: the group has memory.swap.current (v2: the kernel accounts swap).
+	swapFile bool
+}
+
+// pressure is the task's PSI: the shim's on v2, shimd's own read on v1.
+func (tm taskMetrics) pressure() psiSet {
+	if d, ok := tm.data.(*v2.Metrics); ok {
+		return psiSet{cpu: d.GetCPU().GetPSI(), memory: d.GetMemory().GetPSI(), io: d.GetIo().GetPSI()}
+	}
+	return tm.psi
+}
+
+// cgroupSample is what the CRI stats take of one task's cgroup (v1 or v2).
 type cgroupSample struct {
 	at                 time.Time
 	cpuNanos           uint64
 	memUsage, memWS    uint64
 	memRSS, pageFaults uint64
 	majorPageFaults    uint64
+	psi                psiSet
+	// swap is nil where the kernel does not account swap for the cgroup.
+	swap *swapSample
+	// tasks is pids.current: processes and threads (nil without a pids controller).
+	tasks *uint64
+	group string
 }
+
+// swapSample is a cgroup's swap use and, when it has one, its swap limit.
+type swapSample struct {
+	usage   uint64
+	limit   uint64
+	limited bool
+}
+
+// unlimited is the size past which a memory or swap limit counts as none (the
+// kernel rounds "max" down to a page multiple near 2^63), as cAdvisor and containerd
+// take it.
+const unlimited = uint64(1) << 62
 
 // cpuRates remembers the last CPU sample per task, so usage_nano_cores can be given.
 type cpuRates struct {
@@ -37,7 +79,7 @@ func (r *cpuRates) rate(id string, s cgroupSample) uint64 {
 		r.last = map[string]cgroupSample{}
 	}
 	prev, ok := r.last[id]
-	r.last[id] = s
+	r.last[id] = cgroupSample{at: s.at, cpuNanos: s.cpuNanos}
 	if !ok || !s.at.After(prev.at) || s.cpuNanos < prev.cpuNanos {
 		return 0
 	}
@@ -50,69 +92,119 @@ func (r *cpuRates) forget(id string) {
 	r.mu.Unlock()
 }
 
-// taskCgroupMetrics reads a task's cgroup metrics through containerd: a
-// *v1.Metrics or a *v2.Metrics, and when they were read.
 // WorkingSet is the memory a task holds and cannot give back (usage less inactive
 // file pages).
 func WorkingSet(ctx context.Context, cl ctrd.ContainerLoader, id string) (uint64, error) {
-	smp, err := taskSample(ctx, cl, id)
+	tm, err := readTask(ctx, cl, hostFS{}, id)
+	if err != nil {
+		return 0, err
+	}
+	smp, err := sampleOf(tm)
 	return smp.memWS, err
 }
 
-func taskCgroupMetrics(ctx context.Context, cl ctrd.ContainerLoader, id string) (any, time.Time, error) {
+// readTask reads a task's cgroup metrics through containerd, and what h has beside
+// them (nothing for the zero hostFS).
+func readTask(ctx context.Context, cl ctrd.ContainerLoader, h hostFS, id string) (taskMetrics, error) {
 	_, task, err := ctrd.LoadTask(ctx, cl, id)
 	if err != nil {
-		return nil, time.Time{}, err
+		return taskMetrics{}, err
 	}
 	m, err := task.Metrics(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return taskMetrics{}, err
 	}
 	data, err := typeurl.UnmarshalAny(m.Data)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("decode metrics of %s: %w", id, err)
+		return taskMetrics{}, fmt.Errorf("decode metrics of %s: %w", id, err)
 	}
-	return data, m.Timestamp.AsTime(), nil
+	tm := taskMetrics{data: data, at: m.Timestamp.AsTime(), group: h.ownGroup(task.Pid())}
+	switch data.(type) {
+	case *v1.Metrics:
+		tm.psi = readPSI(tm.group)
+	case *v2.Metrics:
+		tm.swapFile = hasFile(tm.group, "memory.swap.current")
+	}
+	return tm, nil
 }
 
-// taskSample reads a task's cgroup metrics through containerd (works for v1 and v2).
-func taskSample(ctx context.Context, cl ctrd.ContainerLoader, id string) (cgroupSample, error) {
-	data, at, err := taskCgroupMetrics(ctx, cl, id)
+// taskSample reads a task's cgroup through containerd (v1 and v2).
+func (s *Collector) taskSample(ctx context.Context, id string) (cgroupSample, error) {
+	tm, err := readTask(ctx, s.opts.Client, s.host, id)
 	if err != nil {
 		return cgroupSample{}, err
 	}
-	out := cgroupSample{at: at}
-	switch d := data.(type) {
+	return sampleOf(tm)
+}
+
+// sampleOf converts a task's metrics. On v1 swap is memsw less memory (accounted when
+// memory.memsw.* exist: the shim leaves their limit 0 when they do not); on v2
+// memory.swap.current, accounted when that file exists (a swap.max of 0, the
+// kubelet's NoSwap, still counts). pids.current counts tasks, threads included, as
+// containerd reports it.
+func sampleOf(tm taskMetrics) (cgroupSample, error) {
+	out := cgroupSample{at: tm.at, psi: tm.pressure(), group: tm.group}
+	switch d := tm.data.(type) {
 	case *v1.Metrics:
 		out.cpuNanos = d.GetCPU().GetUsage().GetTotal()
 		mem := d.GetMemory()
 		out.memUsage = mem.GetUsage().GetUsage()
-		out.memWS = out.memUsage
-		if inactive := mem.GetTotalInactiveFile(); inactive < out.memWS {
-			out.memWS -= inactive
-		}
+		out.memWS = workingSet(out.memUsage, mem.GetTotalInactiveFile())
 		out.memRSS, out.pageFaults, out.majorPageFaults = mem.GetTotalRSS(), mem.GetTotalPgFault(), mem.GetTotalPgMajFault()
+		if sw := mem.GetSwap(); sw.GetLimit() > 0 {
+			out.swap = &swapSample{}
+			if sw.GetUsage() > out.memUsage {
+				out.swap.usage = sw.GetUsage() - out.memUsage
+			}
+			if memLimit := mem.GetUsage().GetLimit(); sw.GetLimit() < unlimited && memLimit <= sw.GetLimit() {
+				out.swap.limit, out.swap.limited = sw.GetLimit()-memLimit, true
+			}
+		}
+		if p := d.GetPids(); p != nil {
+			out.tasks = &p.Current
+		}
 	case *v2.Metrics:
 		out.cpuNanos = d.GetCPU().GetUsageUsec() * 1000
 		mem := d.GetMemory()
 		out.memUsage = mem.GetUsage()
-		out.memWS = out.memUsage
-		if inactive := mem.GetInactiveFile(); inactive < out.memWS {
-			out.memWS -= inactive
-		}
+		out.memWS = workingSet(out.memUsage, mem.GetInactiveFile())
 		out.memRSS, out.pageFaults, out.majorPageFaults = mem.GetAnon(), mem.GetPgfault(), mem.GetPgmajfault()
+		if tm.swapFile || mem.GetSwapUsage() > 0 || mem.GetSwapLimit() > 0 {
+			out.swap = &swapSample{usage: mem.GetSwapUsage(), limit: mem.GetSwapLimit(), limited: mem.GetSwapLimit() < unlimited}
+		}
+		// A running task is in its group, so 0 means there is no pids.current.
+		if p := d.GetPids(); p.GetCurrent() > 0 {
+			out.tasks = &p.Current
+		}
 	default:
-		return cgroupSample{}, fmt.Errorf("metrics of %s: unknown type %T", id, data)
+		return cgroupSample{}, fmt.Errorf("unknown metrics type %T", tm.data)
 	}
 	return out, nil
 }
 
+// criPSI converts the kernel's pressure (totals in microseconds) to the CRI's
+// (nanoseconds); nil stays nil.
+func criPSI(p *v2.PSIStats) *runtimeapi.PsiStats {
+	if p == nil {
+		return nil
+	}
+	conv := func(d *v2.PSIData) *runtimeapi.PsiData {
+		if d == nil {
+			return nil
+		}
+		return &runtimeapi.PsiData{Total: d.Total * 1000, Avg10: d.Avg10, Avg60: d.Avg60, Avg300: d.Avg300}
+	}
+	return &runtimeapi.PsiStats{Full: conv(p.Full), Some: conv(p.Some)}
+}
+
+// cpuMem converts a sample to the CRI's CPU and memory usage, with their pressure.
 func (s *Collector) cpuMem(id string, smp cgroupSample) (*runtimeapi.CpuUsage, *runtimeapi.MemoryUsage) {
 	ts := smp.at.UnixNano()
 	return &runtimeapi.CpuUsage{
 			Timestamp:            ts,
 			UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: smp.cpuNanos},
 			UsageNanoCores:       &runtimeapi.UInt64Value{Value: s.rates.rate(id, smp)},
+			Psi:                  criPSI(smp.psi.cpu),
 		}, &runtimeapi.MemoryUsage{
 			Timestamp:       ts,
 			WorkingSetBytes: &runtimeapi.UInt64Value{Value: smp.memWS},
@@ -120,19 +212,46 @@ func (s *Collector) cpuMem(id string, smp cgroupSample) (*runtimeapi.CpuUsage, *
 			RssBytes:        &runtimeapi.UInt64Value{Value: smp.memRSS},
 			PageFaults:      &runtimeapi.UInt64Value{Value: smp.pageFaults},
 			MajorPageFaults: &runtimeapi.UInt64Value{Value: smp.majorPageFaults},
+			Psi:             criPSI(smp.psi.memory),
 		}
 }
 
-// containerStats gathers one container's stats; CPU and memory only while it runs.
-// ContainerStats samples one container.
+// ioUsage is the CRI's IO usage: only pressure, so nil without it (as containerd).
+func ioUsage(smp cgroupSample) *runtimeapi.IoUsage {
+	if smp.psi.io == nil {
+		return nil
+	}
+	return &runtimeapi.IoUsage{Timestamp: smp.at.UnixNano(), Psi: criPSI(smp.psi.io)}
+}
+
+// swapUsage is the CRI's swap usage; nil where swap is not accounted. Available is
+// the limit less usage, left out without a limit.
+func swapUsage(smp cgroupSample) *runtimeapi.SwapUsage {
+	if smp.swap == nil {
+		return nil
+	}
+	out := &runtimeapi.SwapUsage{Timestamp: smp.at.UnixNano(), SwapUsageBytes: &runtimeapi.UInt64Value{Value: smp.swap.usage}}
+	if smp.swap.limited {
+		var avail uint64
+		if smp.swap.limit > smp.swap.usage {
+			avail = smp.swap.limit - smp.swap.usage
+		}
+		out.SwapAvailableBytes = &runtimeapi.UInt64Value{Value: avail}
+	}
+	return out
+}
+
+// ContainerStats samples one container: CPU, memory, pressure, swap while it runs,
+// and its writable layer.
 func (s *Collector) ContainerStats(ctx context.Context, c Container) *runtimeapi.ContainerStats {
 	out := &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{
 		Id: c.ID, Metadata: c.Metadata, Labels: c.Labels, Annotations: c.Annotations,
 	}}
 	now := time.Now().UnixNano()
 	if c.Running {
-		if smp, err := taskSample(ctx, s.opts.Client, c.ID); err == nil {
+		if smp, err := s.taskSample(ctx, c.ID); err == nil {
 			out.Cpu, out.Memory = s.cpuMem(c.ID, smp)
+			out.Io, out.Swap = ioUsage(smp), swapUsage(smp)
 		}
 	}
 	if out.Cpu == nil {

@@ -1,0 +1,219 @@
+package stats
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
+	"github.com/containerd/log"
+	"github.com/moby/sys/mountinfo"
+)
+
+// What shimd reads of a task's cgroup itself, beside containerd's metrics.
+//
+// Pressure stall information (PSI): on a cgroup v2 host the shim's metrics carry it
+// (cpu.pressure, memory.pressure and io.pressure of the container's cgroup). On a
+// cgroup v1 host they cannot, but a hybrid host (cgroup2 mounted beside the v1
+// hierarchies, at /sys/fs/cgroup/unified) keeps PSI per cgroup2 group all the same,
+// and runc puts each container into that hierarchy too, under the same path as in the
+// v1 ones. So shimd finds the task's process's cgroup2 group in /proc/<pid>/cgroup,
+// takes it only when it is the container's own (the same path as its v1 memory
+// cgroup; on a v2 host, always), and reads the pressure files there. A pod's pressure
+// is its cgroup's: the parent of its tasks' groups, when that is the pod's cgroup
+// parent. Where there is no such group, or the kernel keeps no PSI (no CONFIG_PSI,
+// psi=0: the files are missing or cannot be read), pressure stays nil.
+
+// hostFS says where the host's proc, sys and cgroup2 file systems are; the zero value
+// reads nothing.
+type hostFS struct {
+	proc, sys string
+	// cgroup2 is where the cgroup2 hierarchy is mounted ("" when it is not).
+	cgroup2 string
+}
+
+// detectHost finds where cgroup2 is mounted: /sys/fs/cgroup on a v2 host,
+// /sys/fs/cgroup/unified on a hybrid one.
+func detectHost() hostFS {
+	h := hostFS{proc: "/proc", sys: "/sys"}
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
+	if err != nil {
+		log.L.WithError(err).Warn("stats: find the cgroup2 mount")
+	}
+	if len(ms) > 0 {
+		h.cgroup2 = ms[0].Mountpoint
+	}
+	return h
+}
+
+// psiSet is the pressure of one cgroup; nil where the kernel has none.
+type psiSet struct{ cpu, memory, io *v2.PSIStats }
+
+// ownGroup returns the directory of pid's cgroup2 group when it is the task's own
+// group: on a hybrid host, only if it has the same path as the pid's v1 memory cgroup
+// (else the task never joined the unified hierarchy, and the group it inherited is
+// someone else's). "" when there is none.
+func (h hostFS) ownGroup(pid uint32) string {
+	if h.proc == "" || h.cgroup2 == "" || pid == 0 {
+		return ""
+	}
+	data, err := os.ReadFile(filepath.Join(h.proc, strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	if err != nil {
+		return ""
+	}
+	unified, v1 := parseProcCgroup(data)
+	if unified == "" || unified == "/" {
+		return ""
+	}
+	if mem, ok := v1["memory"]; ok && mem != unified {
+		return ""
+	}
+	if len(v1) > 0 && !slices.Contains(slices.Collect(maps.Values(v1)), unified) {
+		return ""
+	}
+	return filepath.Join(h.cgroup2, unified)
+}
+
+// parseProcCgroup reads /proc/<pid>/cgroup: the cgroup2 path (the "0::" line) and
+// the v1 paths by controller (named hierarchies such as name=systemd left out).
+func parseProcCgroup(data []byte) (unified string, v1 map[string]string) {
+	v1 = map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			unified = parts[2]
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			if ctrl != "" && !strings.HasPrefix(ctrl, "name=") {
+				v1[ctrl] = parts[2]
+			}
+		}
+	}
+	return unified, v1
+}
+
+// podGroup is the pod's cgroup2 group: the parent of one of its tasks' own groups,
+// when that parent is the pod's cgroup parent (its last element, so that both a
+// cgroupfs path and a systemd slice name match). "" when the pod has no cgroup parent
+// (its tasks' parent is then shared with other pods).
+func podGroup(taskGroup, cgroupParent string) string {
+	if taskGroup == "" || cgroupParent == "" {
+		return ""
+	}
+	dir := filepath.Dir(taskGroup)
+	if filepath.Base(dir) != path.Base(strings.TrimRight(cgroupParent, "/")) {
+		return ""
+	}
+	return dir
+}
+
+// readPSI reads the pressure files of a cgroup2 group ("" reads nothing).
+func readPSI(dir string) psiSet {
+	if dir == "" {
+		return psiSet{}
+	}
+	return psiSet{
+		cpu:    readPSIFile(filepath.Join(dir, "cpu.pressure")),
+		memory: readPSIFile(filepath.Join(dir, "memory.pressure")),
+		io:     readPSIFile(filepath.Join(dir, "io.pressure")),
+	}
+}
+
+// readPSIFile parses a pressure file ("some avg10=0.00 avg60=0.00 avg300=0.00
+// total=0", then a "full" line); nil if it is missing, unreadable (psi=0 answers
+// EOPNOTSUPP) or malformed.
+func readPSIFile(file string) *v2.PSIStats {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil
+	}
+	out, err := parsePSI(data)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+func parsePSI(data []byte) (*v2.PSIStats, error) {
+	out := &v2.PSIStats{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		d := &v2.PSIData{}
+		switch fields[0] {
+		case "some":
+			out.Some = d
+		case "full":
+			out.Full = d
+		default:
+			return nil, fmt.Errorf("pressure line %q", line)
+		}
+		for _, f := range fields[1:] {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				return nil, fmt.Errorf("pressure field %q", f)
+			}
+			var err error
+			switch k {
+			case "avg10":
+				d.Avg10, err = strconv.ParseFloat(v, 64)
+			case "avg60":
+				d.Avg60, err = strconv.ParseFloat(v, 64)
+			case "avg300":
+				d.Avg300, err = strconv.ParseFloat(v, 64)
+			case "total":
+				d.Total, err = strconv.ParseUint(v, 10, 64)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("pressure field %q: %w", f, err)
+			}
+		}
+	}
+	if out.Some == nil && out.Full == nil {
+		return nil, fmt.Errorf("no pressure in %q", data)
+	}
+	return out, nil
+}
+
+// hasFile tells whether a cgroup2 group has a file (memory.swap.current: swap is
+// accounted).
+func hasFile(dir, name string) bool {
+	if dir == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, name))
+	return err == nil
+}
+
+// blockDevice names a block device as cAdvisor does ("/dev/vda"), from
+// /sys/dev/block/MAJOR:MINOR/uevent; "MAJOR:MINOR" when it cannot be found.
+func (h hostFS) blockDevice(major, minor uint64) string {
+	id := fmt.Sprintf("%d:%d", major, minor)
+	if h.sys == "" {
+		return id
+	}
+	data, err := os.ReadFile(filepath.Join(h.sys, "dev", "block", id, "uevent"))
+	if err != nil {
+		return id
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, ok := strings.CutPrefix(line, "DEVNAME="); ok && name != "" {
+			return "/dev/" + name
+		}
+	}
+	return id
+}
