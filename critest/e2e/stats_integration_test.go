@@ -1,0 +1,248 @@
+//go:build integration
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// hostHasPSI tells whether the kernel keeps PSI per cgroup2 group where runc puts
+// containers: a cgroup2 hierarchy (on a v1 host the hybrid one at
+// /sys/fs/cgroup/unified) with pressure files.
+func hostHasPSI() bool {
+	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.controllers")); err != nil {
+			continue
+		}
+		_, err := os.ReadFile(filepath.Join(dir, "cpu.pressure"))
+		return err == nil
+	}
+	return false
+}
+
+// hostAccountsSwap tells whether the kernel accounts swap per cgroup (v1: memsw files).
+func hostAccountsSwap() bool {
+	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.usage_in_bytes"); err == nil {
+		return true
+	}
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil && len(mustGlob("/sys/fs/cgroup/*/memory.swap.current")) > 0
+}
+
+// readLog is a container's CRI log, for failure messages.
+func readLog(p *podFixture, name string) string {
+	data, _ := os.ReadFile(filepath.Join(p.logDir, name+".log"))
+	return string(data)
+}
+
+func mustGlob(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	return m
+}
+
+// The stats and metrics RPCs report what the kernel keeps beyond CPU and memory:
+// pressure (PSI) of containers and of the pod's cgroup, swap, the pod's task count,
+// and, as metrics, block I/O counters, threads and cAdvisor's pressure counters. A
+// busy container runs two loops on one CPU, so they wait for each other (CPU
+// pressure); another writes and reads 4 MiB with O_DIRECT (block I/O it issues
+// itself, which cgroup v1 counts). A pod without a cgroup parent has no pod cgroup,
+// so no pod pressure. Where the host lacks PSI or swap accounting, those fields must
+// be nil, not zero.
+func TestStatsPressureIOSwapProcesses(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	psi, swap := hostHasPSI(), hostAccountsSwap()
+	t.Logf("host: PSI per cgroup2 group %v, swap accounted %v", psi, swap)
+
+	parent := fmt.Sprintf("/shimd-e2e-stats-%d", os.Getpid())
+	t.Cleanup(func() {
+		// The containers' cgroups go when their tasks are deleted, which may be just
+		// after RemovePodSandbox answers; runc leaves the parent it made.
+		left := func() (out []string) {
+			for _, d := range mustGlob(filepath.Join("/sys/fs/cgroup/*", parent)) {
+				if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+					out = append(out, d)
+				}
+			}
+			return out
+		}
+		for deadline := time.Now().Add(30 * time.Second); len(left()) > 0 && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if l := left(); len(l) > 0 {
+			t.Errorf("cgroups left: %v", l)
+		}
+	})
+	cfg := podConfig("stats")
+	cfg.Linux.CgroupParent = parent
+	p := newPodOf(t, rs, cfg)
+	busy := p.container("busy", "sh", "-c", "while :; do :; done & while :; do :; done")
+	busy.Linux.Resources = &runtimeapi.LinuxContainerResources{CpusetCpus: "0", MemoryLimitInBytes: 64 << 20}
+	busyID := p.run(busy)
+	ioID := p.run(p.container("io", "sh", "-c",
+		"dd if=/dev/zero of=/io.bin bs=64k count=64 oflag=direct && dd if=/io.bin of=/dev/null bs=64k iflag=direct && exec sleep 3600"))
+	plain := newPod(t, rs, "stats-noparent")
+	plainID := plain.run(plain.container("idle", "sleep", "3600"))
+
+	// A container: CPU pressure grows while the loops wait for each other.
+	var cs *runtimeapi.ContainerStats
+	require.Eventually(t, func() bool {
+		resp, err := rs.ContainerStats(ctxT(t, 30*time.Second), &runtimeapi.ContainerStatsRequest{ContainerId: busyID})
+		require.NoError(t, err)
+		cs = resp.Stats
+		return !psi || cs.Cpu.GetPsi().GetSome().GetTotal() > 0
+	}, time.Minute, 500*time.Millisecond, "the busy container's CPU pressure never grew: %v", cs.GetCpu().GetPsi())
+	t.Logf("busy container: cpu psi %v; memory psi %v; io %v; swap %v", cs.Cpu.Psi, cs.Memory.Psi, cs.Io, cs.Swap)
+	if psi {
+		require.NotNil(t, cs.Cpu.Psi.Full)
+		require.NotNil(t, cs.Memory.Psi.GetSome())
+		require.NotNil(t, cs.Io.GetPsi().GetSome())
+		require.Equal(t, cs.Cpu.Timestamp, cs.Io.Timestamp)
+	} else {
+		require.Nil(t, cs.Cpu.Psi)
+		require.Nil(t, cs.Memory.Psi)
+		require.Nil(t, cs.Io)
+	}
+	if swap {
+		require.NotNil(t, cs.Swap.GetSwapUsageBytes())
+		require.Equal(t, cs.Memory.Timestamp, cs.Swap.Timestamp)
+	} else {
+		require.Nil(t, cs.Swap)
+	}
+	list, err := rs.ListContainerStats(ctxT(t, 30*time.Second), &runtimeapi.ListContainerStatsRequest{
+		Filter: &runtimeapi.ContainerStatsFilter{Id: busyID}})
+	require.NoError(t, err)
+	require.Len(t, list.Stats, 1)
+	require.Equal(t, psi, list.Stats[0].Cpu.Psi != nil)
+	require.Equal(t, swap, list.Stats[0].Swap != nil)
+
+	// The pod: its cgroup's pressure and the tasks of the pause process (if any) and
+	// both containers: two in busy, one in io.
+	ps, err := rs.PodSandboxStats(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: p.id})
+	require.NoError(t, err)
+	pl := ps.Stats.Linux
+	t.Logf("pod: cpu psi %v; memory psi %v; io %v; processes %v", pl.Cpu.Psi, pl.Memory.Psi, pl.Io, pl.Process.ProcessCount)
+	require.NotNil(t, pl.Process.ProcessCount)
+	require.Contains(t, []uint64{3, 4}, pl.Process.ProcessCount.Value)
+	require.Len(t, pl.Containers, 2)
+	if psi {
+		require.Greater(t, pl.Cpu.Psi.GetSome().GetTotal(), uint64(0), "the pod's cgroup holds the busy container")
+		require.NotNil(t, pl.Memory.Psi)
+		require.NotNil(t, pl.Io.GetPsi())
+	} else {
+		require.Nil(t, pl.Cpu.Psi)
+		require.Nil(t, pl.Io)
+	}
+	pls, err := rs.ListPodSandboxStats(ctxT(t, 30*time.Second), &runtimeapi.ListPodSandboxStatsRequest{
+		Filter: &runtimeapi.PodSandboxStatsFilter{Id: p.id}})
+	require.NoError(t, err)
+	require.Len(t, pls.Stats, 1)
+	require.Equal(t, pl.Process.ProcessCount.Value, pls.Stats[0].Linux.Process.ProcessCount.GetValue())
+
+	// A pod without a cgroup parent has no cgroup of its own: no pod pressure, while
+	// its container has its own.
+	ps, err = rs.PodSandboxStats(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: plain.id})
+	require.NoError(t, err)
+	require.Nil(t, ps.Stats.Linux.Cpu.Psi)
+	require.Nil(t, ps.Stats.Linux.Io)
+	require.Len(t, ps.Stats.Linux.Containers, 1)
+	require.Equal(t, plainID, ps.Stats.Linux.Containers[0].Attributes.Id)
+	require.Equal(t, psi, ps.Stats.Linux.Containers[0].Cpu.Psi != nil)
+
+	// The metrics: block I/O per device, threads, pressure counters.
+	dr, err := rs.ListMetricDescriptors(ctxT(t, time.Minute), &runtimeapi.ListMetricDescriptorsRequest{})
+	require.NoError(t, err)
+	descs := map[string][]string{}
+	for _, d := range dr.Descriptors {
+		descs[d.Name] = d.LabelKeys
+	}
+	for _, name := range []string{"container_fs_reads_bytes_total", "container_fs_writes_bytes_total", "container_fs_reads_total",
+		"container_fs_writes_total", "container_threads", "container_pressure_cpu_waiting_seconds_total",
+		"container_pressure_cpu_stalled_seconds_total", "container_pressure_memory_waiting_seconds_total",
+		"container_pressure_memory_stalled_seconds_total", "container_pressure_io_waiting_seconds_total",
+		"container_pressure_io_stalled_seconds_total"} {
+		require.Contains(t, descs, name)
+	}
+	require.Equal(t, "device", descs["container_fs_writes_bytes_total"][5])
+
+	var mine map[string]map[string][]criMetric
+	sumIO := func(name string) (total uint64) {
+		for _, m := range mine[ioID][name] {
+			total += m.value
+		}
+		return total
+	}
+	// cgroup v1 keeps block I/O counters only once blk-throttle is set up on the disk
+	// (kernels since 6.x do that at the first throttle rule anyone sets): shimd
+	// reports what the io container's own blkio files hold, and nothing when they
+	// hold no device.
+	kernelIO := func() string {
+		data, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/blkio", parent, ioID, "blkio.throttle.io_service_bytes"))
+		return string(data)
+	}
+	ioDone := func() bool { return strings.Count(readLog(p, "io"), "records out") == 2 }
+	done := func() bool {
+		resp, err := rs.ListPodSandboxMetrics(ctxT(t, time.Minute), &runtimeapi.ListPodSandboxMetricsRequest{})
+		require.NoError(t, err)
+		for _, pm := range resp.PodMetrics {
+			if pm.PodSandboxId == p.id {
+				mine = podSandboxMetrics(t, descs, pm)
+			}
+		}
+		waiting := mine[busyID]["container_pressure_cpu_waiting_seconds_total"]
+		return ioDone() && (!strings.Contains(kernelIO(), " Write ") || sumIO("container_fs_writes_bytes_total") >= 4<<20) &&
+			(!psi || len(waiting) == 1 && waiting[0].value >= 1)
+	}
+	for deadline := time.Now().Add(time.Minute); !done() && time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+	}
+	require.True(t, done(), "io container: %v; busy container: %v; io log: %s", mine[ioID], mine[busyID], readLog(p, "io"))
+	t.Logf("io container's blkio.throttle.io_service_bytes:\n%s", kernelIO())
+	if strings.Contains(kernelIO(), " Write ") {
+		for _, name := range []string{"container_fs_reads_bytes_total", "container_fs_writes_bytes_total", "container_fs_reads_total", "container_fs_writes_total"} {
+			for _, m := range mine[ioID][name] {
+				t.Logf("io container: %s{device=%q} %d", name, m.labels["device"], m.value)
+				require.NotEmpty(t, m.labels["device"])
+			}
+		}
+		require.GreaterOrEqual(t, sumIO("container_fs_reads_bytes_total"), uint64(4<<20))
+		require.GreaterOrEqual(t, sumIO("container_fs_reads_total"), uint64(64), "64 reads of 64 KiB at least")
+		require.GreaterOrEqual(t, sumIO("container_fs_writes_total"), uint64(64))
+	} else {
+		for _, name := range []string{"container_fs_reads_bytes_total", "container_fs_writes_bytes_total", "container_fs_reads_total", "container_fs_writes_total"} {
+			require.Empty(t, mine[ioID][name], "the kernel keeps no block I/O counters for the container")
+		}
+	}
+	b := mine[busyID]
+	require.Equal(t, uint64(2), b["container_processes"][0].value, "sh and its background loop")
+	require.Equal(t, uint64(2), b["container_threads"][0].value)
+	require.Equal(t, swap, len(b["container_memory_swap"]) == 1)
+	for owner, ms := range map[string]map[string][]criMetric{"busy": b, "pod": mine[""]} {
+		for _, name := range []string{"cpu", "memory", "io"} {
+			for _, kind := range []string{"waiting", "stalled"} {
+				vals := ms["container_pressure_"+name+"_"+kind+"_seconds_total"]
+				t.Logf("%s: container_pressure_%s_%s_seconds_total %v", owner, name, kind, vals)
+				require.Equal(t, psi, len(vals) == 1, "%s %s %s", owner, name, kind)
+			}
+		}
+	}
+	if psi {
+		require.Equal(t, map[string]string{"pod": "stats", "namespace": "e2e", "container": "", "id": p.id, "image": ""},
+			mine[""]["container_pressure_cpu_waiting_seconds_total"][0].labels)
+	}
+
+	stopRemove(t, rs, p.id)
+	stopRemove(t, rs, plain.id)
+}
