@@ -120,11 +120,21 @@ func (v *imageVolumes) volume(ctx context.Context, sb pod.Pod, img *image.Image,
 	if err != nil {
 		return "", fmt.Errorf("view snapshot: %w", err)
 	}
-	if u := sb.UserNamespace(); u != nil {
-		mounts = idMapped(mounts, u)
+	u := sb.UserNamespace()
+	if u != nil {
+		mounts = idMappedOverlays(mounts, u)
 	}
 	if err := mount.All(mounts, target); err != nil {
 		return "", fmt.Errorf("mount: %w", err)
+	}
+	if u != nil && len(mounts) == 1 && mounts[0].Type != "overlay" {
+		// A one-layer view is a read-only bind mount, which containerd's mount
+		// package remounts read-only and returns from before it applies "uidmap=":
+		// map the mounted tree here instead.
+		if err := idMapTree(target, u); err != nil {
+			_ = mount.UnmountAll(target, 0)
+			return "", fmt.Errorf("id-map the image volume: %w", err)
+		}
 	}
 	log.G(ctx).WithField("image", img.ID).WithField("path", target).Info("image volume mounted")
 	return target, nil
@@ -224,20 +234,34 @@ func (v *imageVolumes) sweep(ctx context.Context) {
 	}
 }
 
-// idMapped adds the user namespace's mappings to mounts as containerd's mount
-// package reads them ("uidmap=0:100000:65536").
-func idMapped(mounts []mount.Mount, u *runtimeapi.UserNamespace) []mount.Mount {
-	list := func(ids []*runtimeapi.IDMapping) string {
-		var parts []string
-		for _, m := range ids {
-			parts = append(parts, fmt.Sprintf("%d:%d:%d", m.GetContainerId(), m.GetHostId(), m.GetLength()))
-		}
-		return strings.Join(parts, ",")
-	}
+// idMappedOverlays adds the user namespace's mappings to overlay mounts as
+// containerd's mount package reads them ("uidmap=0:100000:65536"): it maps each layer
+// before mounting the overlay, which cannot be id-mapped itself.
+func idMappedOverlays(mounts []mount.Mount, u *runtimeapi.UserNamespace) []mount.Mount {
 	out := make([]mount.Mount, len(mounts))
 	for i, m := range mounts {
-		m.Options = append(slices.Clone(m.Options), "uidmap="+list(u.GetUids()), "gidmap="+list(u.GetGids()))
+		if m.Type == "overlay" {
+			m.Options = append(slices.Clone(m.Options), "uidmap="+idMapList(u.GetUids()), "gidmap="+idMapList(u.GetGids()))
+		}
 		out[i] = m
 	}
 	return out
+}
+
+// idMapTree replaces the mount at target with an id-mapped clone of itself.
+func idMapTree(target string, u *runtimeapi.UserNamespace) error {
+	userns, err := mount.GetUsernsFD(idMapList(u.GetUids()), idMapList(u.GetGids()))
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	return mount.IDMapMount(target, target, int(userns.Fd()))
+}
+
+func idMapList(ids []*runtimeapi.IDMapping) string {
+	var parts []string
+	for _, m := range ids {
+		parts = append(parts, fmt.Sprintf("%d:%d:%d", m.GetContainerId(), m.GetHostId(), m.GetLength()))
+	}
+	return strings.Join(parts, ",")
 }

@@ -73,6 +73,9 @@ func TestProcMountLists(t *testing.T) {
 	env.CheckNoLeaks(t)
 }
 
+// oneLayerImage is an image of one layer (the pause stand-in, critest/images).
+const oneLayerImage = "registry.k8s.io/pause:3.10.2"
+
 // usernsPodConfig is a pod with its own user namespace (0 -> 300000, 65536 ids) and
 // the given network mode.
 func usernsPodConfig(name string, network runtimeapi.NamespaceMode) *runtimeapi.PodSandboxConfig {
@@ -229,6 +232,7 @@ func TestUserNamespaceHostNetworkAndImageVolume(t *testing.T) {
 		t.Skip("containerd 1.6 and runc 1.1 cannot run pod user namespaces")
 	}
 	pull(t, env, busyboxImage)
+	pull(t, env, oneLayerImage)
 	rs := env.Shimd.Runtime(t)
 	sresp, err := rs.Status(ctxT(t, 10*time.Second), &runtimeapi.StatusRequest{})
 	require.NoError(t, err)
@@ -243,6 +247,8 @@ func TestUserNamespaceHostNetworkAndImageVolume(t *testing.T) {
 	cfg.Mounts = []*runtimeapi.Mount{
 		{HostPath: host, ContainerPath: "/data", UidMappings: ids, GidMappings: ids, MountOptions: []string{"noexec", "nodev"}},
 		{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: busyboxImage}},
+		// One layer: its view is a bind mount, not an overlay.
+		{ContainerPath: "/onelayer", Readonly: true, Image: &runtimeapi.ImageSpec{Image: oneLayerImage}},
 	}
 	id := p.run(cfg)
 	require.Equal(t, "0 300000 65536", strings.Join(strings.Fields(out(t, rs, id, "cat", "/proc/self/uid_map")), " "))
@@ -253,6 +259,7 @@ func TestUserNamespaceHostNetworkAndImageVolume(t *testing.T) {
 	require.Subset(t, strings.Split(strings.Fields(mountLine(t, rs, id, "/data"))[5], ","), []string{"noexec", "nodev"})
 	require.Equal(t, "0 0", out(t, rs, id, "stat", "-c", "%u %g", "/vol/bin/busybox"), "the image volume is id-mapped")
 	require.Equal(t, "from-volume", out(t, rs, id, "/vol/bin/busybox", "echo", "from-volume"))
+	require.Equal(t, "0 0", out(t, rs, id, "stat", "-c", "%u %g", "/onelayer/pause"), "the one-layer image volume is id-mapped")
 	require.True(t, slices.Contains(strings.Fields(out(t, rs, id, "sh", "-c", "ls /vol")), "bin"))
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
