@@ -176,7 +176,13 @@ func (f *fuzzer) containerConfig() *runtimeapi.ContainerConfig {
 	}
 	cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "adv"}, Image: &runtimeapi.ImageSpec{Image: busyboxImage},
 		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{}}}
-	switch f.r.IntN(12) {
+	switch f.r.IntN(14) {
+	case 12:
+		cfg.StopSignal = runtimeapi.Signal(f.r.Int32N(200) - 50)
+	case 13:
+		// A host path the machine has, so that the options are what is judged.
+		cfg.Mounts = []*runtimeapi.Mount{{HostPath: "/tmp", ContainerPath: "/m", Readonly: f.r.IntN(2) == 0,
+			MountOptions: append(f.strs(), []string{"noexec", "rw", "rshared", "bind", "size=1", "ro", "nosymfollow"}[f.r.IntN(7)])}}
 	case 0:
 		cfg.Metadata = nil
 	case 1:
