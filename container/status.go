@@ -28,14 +28,16 @@ func (s *Manager) Status(_ context.Context, req *runtimeapi.ContainerStatusReque
 	return resp, nil
 }
 
-// StatusesOf reports every container of a pod, oldest first: the containers_statuses
+// StatusesOf reports every container of a pod, newest first: the containers_statuses
 // of PodSandboxStatus, which spare an evented-PLEG kubelet a ContainerStatus call per
-// container.
+// container. The order matters: the kubelet takes them as given, and the first
+// status of a container name is the one it believes is the latest attempt (its own
+// fallback path sorts newest first); oldest first, it creates an attempt that exists.
 func (s *Manager) StatusesOf(podID string) []*runtimeapi.ContainerStatus {
 	cs := s.containers.inSandbox(podID)
 	out := make([]*runtimeapi.ContainerStatus, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, toContainerStatus(c, c.Status()))
+	for i := len(cs) - 1; i >= 0; i-- {
+		out = append(out, toContainerStatus(cs[i], cs[i].Status()))
 	}
 	return out
 }

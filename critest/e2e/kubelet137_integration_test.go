@@ -149,10 +149,15 @@ func TestPodSandboxStatusCarriesContainers(t *testing.T) {
 	require.GreaterOrEqual(t, resp.Timestamp, before)
 	require.LessOrEqual(t, resp.Timestamp, time.Now().UnixNano())
 	got := map[string]runtimeapi.ContainerState{}
-	for _, cs := range resp.ContainersStatuses {
+	for i, cs := range resp.ContainersStatuses {
 		got[cs.Id] = cs.State
 		require.Equal(t, containerStatus(t, rs, cs.Id).FinishedAt, cs.FinishedAt)
+		if i > 0 {
+			// Newest first: the kubelet takes the first status of a name as the latest.
+			require.GreaterOrEqual(t, resp.ContainersStatuses[i-1].CreatedAt, cs.CreatedAt)
+		}
 	}
+	require.Equal(t, created, resp.ContainersStatuses[0].Id, "the newest container comes first")
 	require.Equal(t, map[string]runtimeapi.ContainerState{
 		running: runtimeapi.ContainerState_CONTAINER_RUNNING, done: runtimeapi.ContainerState_CONTAINER_EXITED,
 		created: runtimeapi.ContainerState_CONTAINER_CREATED,
@@ -246,7 +251,8 @@ func TestUserNamespaceHostNetworkAndImageVolume(t *testing.T) {
 	ids := p.cfg.Linux.SecurityContext.NamespaceOptions.UsernsOptions.Uids
 	cfg.Mounts = []*runtimeapi.Mount{
 		{HostPath: host, ContainerPath: "/data", UidMappings: ids, GidMappings: ids, MountOptions: []string{"noexec", "nodev"}},
-		{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: busyboxImage}},
+		// The kubelet sends the pod's mappings with every mount of such a pod.
+		{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: busyboxImage}, UidMappings: ids, GidMappings: ids},
 		// One layer: its view is a bind mount, not an overlay.
 		{ContainerPath: "/onelayer", Readonly: true, Image: &runtimeapi.ImageSpec{Image: oneLayerImage}},
 	}
@@ -261,6 +267,14 @@ func TestUserNamespaceHostNetworkAndImageVolume(t *testing.T) {
 	require.Equal(t, "from-volume", out(t, rs, id, "/vol/bin/busybox", "echo", "from-volume"))
 	require.Equal(t, "0 0", out(t, rs, id, "stat", "-c", "%u %g", "/onelayer/pause"), "the one-layer image volume is id-mapped")
 	require.True(t, slices.Contains(strings.Fields(out(t, rs, id, "sh", "-c", "ls /vol")), "bin"))
+
+	// Other mappings than the pod's on an image volume: refused before anything is made.
+	bad := p.container("bad", "true")
+	bad.Linux.SecurityContext.NamespaceOptions = p.cfg.Linux.SecurityContext.NamespaceOptions
+	other := []*runtimeapi.IDMapping{{HostId: 400000, ContainerId: 0, Length: 65536}}
+	bad.Mounts = []*runtimeapi.Mount{{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: busyboxImage}, UidMappings: other, GidMappings: other}}
+	_, err = rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: p.id, Config: bad, SandboxConfig: p.cfg})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
 }
