@@ -19,8 +19,8 @@ import (
 //	                       └───────────────RemoveContainer◄────────────────────┘
 //	(a RUNNING container is stopped first by RemoveContainer)
 //
-// Lock order: containerStore.mu before Container.mu; neither is held across a
-// containerd call.
+// Lock order: Container.updateMu, then containerStore.mu, then Container.mu; the last
+// two are never held across a containerd call.
 type Container struct {
 	ID        string
 	Name      string // reserved name: pod sandbox id + container name + attempt
@@ -41,6 +41,12 @@ type Container struct {
 
 	// statusDir holds status.json (Update writes it).
 	statusDir string
+
+	// updateMu serializes UpdateContainerResources of the container, across its
+	// containerd calls: each update judges its limits against, and merges them into,
+	// what the one before it recorded and applied (a swap limit given alone against
+	// the memory limit in effect).
+	updateMu sync.Mutex
 
 	// mu guards the fields below. Only the methods in this file take it: state
 	// changes go through Update (persisted) or the small setters.

@@ -39,7 +39,10 @@ func (s *Manager) UpdateResources(ctx context.Context, req *runtimeapi.UpdateCon
 		}
 		res = fromNRIResources(adj, res)
 	}
-	if err := s.updateResources(ctx, c, res); err != nil {
+	c.updateMu.Lock()
+	err = s.updateResources(ctx, c, res)
+	c.updateMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	s.nri.containerEvent(ctx, api.Event_POST_UPDATE_CONTAINER, c)
@@ -63,7 +66,7 @@ func (s *Manager) updateResources(ctx context.Context, c *Container, res *runtim
 		return err
 	}
 	if err := cc.Update(ctx, func(ctx context.Context, _ *client.Client, rec *containers.Container) error {
-		if err := spec.UpdateResources(rec, linux); err != nil {
+		if err := spec.UpdateResources(rec, linux, s.opts.Node.UnifiedCgroups); err != nil {
 			return err
 		}
 		return recordResources(rec, res)

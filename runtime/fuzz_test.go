@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/pod"
+	"github.com/shimd/shimd/runtime/spec"
 )
 
 // requireClassified fails on an error that is not InvalidArgument: validators only
@@ -66,7 +67,12 @@ func FuzzValidateContainerConfig(f *testing.F) {
 	full.Linux.Resources = &runtimeapi.LinuxContainerResources{CpusetCpus: "0-1", CpusetMems: "0", CpuQuota: -1,
 		Unified: map[string]string{"memory.high": "1"}, HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB"}}}
 	full.Linux.SecurityContext.Capabilities = &runtimeapi.Capability{AddCapabilities: []string{"ALL"}, DropCapabilities: []string{"cap_chown"}}
-	for _, s := range []*runtimeapi.ContainerConfig{validContainer(), full, {}} {
+	runcRefuses := validContainer() // each part of it refused by runc at start once
+	runcRefuses.WorkingDir = "/" + strings.Repeat("w", 256)
+	runcRefuses.Linux.SecurityContext.MaskedPaths = []string{"/proc/kcore", "/proc/a\x00b"}
+	runcRefuses.Linux.SecurityContext.ReadonlyPaths = []string{"proc/sys", ""}
+	runcRefuses.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1, MemorySwapLimitInBytes: 1 << 20}
+	for _, s := range []*runtimeapi.ContainerConfig{validContainer(), full, runcRefuses, {}} {
 		b, _ := proto.Marshal(s)
 		f.Add(b, false)
 	}
@@ -77,9 +83,43 @@ func FuzzValidateContainerConfig(f *testing.F) {
 		}
 		node := testNode
 		node.UnifiedCgroups = unified
-		requireClassified(t, validateContainerConfig(cfg, node))
+		err := validateContainerConfig(cfg, node)
+		requireClassified(t, err)
+		if err == nil {
+			requireRuncCanStart(t, cfg, unified)
+		}
 		requireClassified(t, validateResources("linux", cfg.GetLinux().GetResources(), node))
 	})
+}
+
+// requireRuncCanStart: an accepted config has none of what runc refuses at start
+// without looking at the node or the image: a memory limit it cannot set, a swap limit
+// the kernel refuses, a masked or read-only path it cannot look up.
+func requireRuncCanStart(t *testing.T, cfg *runtimeapi.ContainerConfig, unified bool) {
+	t.Helper()
+	r := cfg.GetLinux().GetResources()
+	if m := r.GetMemoryLimitInBytes(); m > 0 && m < spec.MinMemoryLimit {
+		t.Fatalf("accepted a memory limit of %d bytes", m)
+	}
+	if swap, m := r.GetMemorySwapLimitInBytes(), r.GetMemoryLimitInBytes(); swap > 0 && (m == 0 || (m > 0 && swap < m) || (m < 0 && !unified)) {
+		t.Fatalf("accepted memory %d with memory+swap %d", m, swap)
+	}
+	sc := cfg.GetLinux().GetSecurityContext()
+	for _, p := range append(append([]string{cfg.GetWorkingDir()}, sc.GetMaskedPaths()...), sc.GetReadonlyPaths()...) {
+		if strings.ContainsRune(p, 0) || len(p) > maxPathLen {
+			t.Fatalf("accepted path %q", p)
+		}
+		for _, name := range strings.Split(p, "/") {
+			if len(name) > maxPathNameLen {
+				t.Fatalf("accepted path %q", p)
+			}
+		}
+	}
+	for _, p := range append(sc.GetMaskedPaths(), sc.GetReadonlyPaths()...) {
+		if !strings.HasPrefix(p, "/") {
+			t.Fatalf("accepted relative path %q", p)
+		}
+	}
 }
 
 // FuzzNamesAndSysctls: the name rules, sysctl rules and cpuset parser on arbitrary

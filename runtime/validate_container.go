@@ -39,8 +39,10 @@ func validateContainerConfig(cfg *runtimeapi.ContainerConfig, node container.Nod
 			return err
 		}
 	}
-	if wd := cfg.GetWorkingDir(); wd != "" && !path.IsAbs(wd) {
-		return invalid("config.working_dir", "%s must be absolute", quote(wd))
+	if wd := cfg.GetWorkingDir(); wd != "" {
+		if err := validPath("config.working_dir", wd); err != nil {
+			return err
+		}
 	}
 	if err := validateProcess(cfg); err != nil {
 		return err
@@ -57,6 +59,9 @@ func validateContainerConfig(cfg *runtimeapi.ContainerConfig, node container.Nod
 		return err
 	}
 	if err := validateCapabilities(sc.GetCapabilities()); err != nil {
+		return err
+	}
+	if err := validateProcPaths(sc); err != nil {
 		return err
 	}
 	return validateContainerResources("config.linux.resources", linux.GetResources(), node)
@@ -99,6 +104,9 @@ func validateMounts(mounts []*runtimeapi.Mount) error {
 		if !path.IsAbs(dst) || hasDotDot(dst) {
 			return invalid(field+".container_path", "%s must be absolute without '..'", quote(dst))
 		}
+		if err := validPath(field+".container_path", dst); err != nil {
+			return err
+		}
 		switch clean := path.Clean(dst); {
 		case clean == "/":
 			return invalid(field+".container_path", "cannot mount over the container's root")
@@ -117,6 +125,11 @@ func validateMounts(mounts []*runtimeapi.Mount) error {
 		if hp != "" && (!path.IsAbs(hp) || hasDotDot(hp)) {
 			return invalid(field+".host_path", "%s must be absolute without '..'", quote(hp))
 		}
+		if hp != "" {
+			if err := validPath(field+".host_path", hp); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -128,8 +141,56 @@ func validateDevices(devs []*runtimeapi.Device) error {
 			if err := noNUL(field+"."+name, p); err != nil {
 				return err
 			}
-			if p != "" && (!path.IsAbs(p) || hasDotDot(p)) {
+			if p == "" {
+				continue
+			}
+			if !path.IsAbs(p) || hasDotDot(p) {
 				return invalid(field+"."+name, "%s must be absolute without '..'", quote(p))
+			}
+			if err := validPath(field+"."+name, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Linux's limits on a path (PATH_MAX, with its NUL) and on one name in it (NAME_MAX).
+const (
+	maxPathLen     = 4095
+	maxPathNameLen = 255
+)
+
+// validPath: an absolute path without NUL that the kernel can look up (runc
+// fails with ENAMETOOLONG on a longer one).
+func validPath(field, p string) error {
+	if err := noNUL(field, p); err != nil {
+		return err
+	}
+	if !path.IsAbs(p) {
+		return invalid(field, "%s must be absolute", quote(p))
+	}
+	if len(p) > maxPathLen {
+		return invalid(field, "%s is longer than %d bytes", quote(p), maxPathLen)
+	}
+	for _, name := range strings.Split(p, "/") {
+		if len(name) > maxPathNameLen {
+			return invalid(field, "%s has a name longer than %d bytes", quote(p), maxPathNameLen)
+		}
+	}
+	return nil
+}
+
+// validateProcPaths: the masked and read-only paths are absolute container paths
+// (the OCI spec says so; runc opens them after entering the rootfs and fails on a NUL,
+// EINVAL, or on a name too long). Whether a path crosses a file of the image is
+// judged against the rootfs (container/create_checks.go).
+func validateProcPaths(sc *runtimeapi.LinuxContainerSecurityContext) error {
+	const field = "config.linux.security_context"
+	for name, list := range map[string][]string{"masked_paths": sc.GetMaskedPaths(), "readonly_paths": sc.GetReadonlyPaths()} {
+		for i, p := range list {
+			if err := validPath(fmt.Sprintf("%s.%s[%d]", field, name, i), p); err != nil {
+				return err
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -104,6 +105,50 @@ func TestValidateContainerConfig(t *testing.T) {
 		{name: "unlimited memory", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1, CpuQuota: -1})},
 		{name: "swap below memory", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 30, MemorySwapLimitInBytes: 1 << 20}),
 			field: "config.linux.resources.memory_swap_limit_in_bytes"},
+		{name: "one byte of memory", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1}),
+			field: "config.linux.resources.memory_limit_in_bytes"},
+		{name: "memory just below the minimum", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 6<<20 - 1}),
+			field: "config.linux.resources.memory_limit_in_bytes"},
+		{name: "memory at the minimum", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 6 << 20})},
+		{name: "swap without memory", mutate: res(&runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: 64 << 20}),
+			field: "config.linux.resources.memory_swap_limit_in_bytes"},
+		{name: "swap with unlimited memory on v1", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1, MemorySwapLimitInBytes: 64 << 20}),
+			field: "config.linux.resources.memory_swap_limit_in_bytes"},
+		{name: "swap with unlimited memory on v2", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1, MemorySwapLimitInBytes: 64 << 20}),
+			node: &container.NodeInfo{UnifiedCgroups: true, CPUs: "0", MemoryNodes: "0"}},
+		{name: "unlimited swap", mutate: res(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, MemorySwapLimitInBytes: -1})},
+		{name: "kubelet masked paths", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.MaskedPaths = []string{"/proc/acpi", "/proc/kcore", "/sys/firmware"}
+			c.Linux.SecurityContext.ReadonlyPaths = []string{"/proc/bus", "/proc/sys"}
+		}},
+		{name: "nul in masked path", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.MaskedPaths = []string{"/proc/kcore", "/proc/a\x00b"}
+		}, field: "config.linux.security_context.masked_paths[1]"},
+		{name: "nul in read-only path", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.ReadonlyPaths = []string{"/proc/a\x00b"}
+		}, field: "config.linux.security_context.readonly_paths[0]"},
+		{name: "relative masked path", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.MaskedPaths = []string{"proc/kcore"}
+		}, field: "config.linux.security_context.masked_paths[0]"},
+		{name: "empty read-only path", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.ReadonlyPaths = []string{""}
+		}, field: "config.linux.security_context.readonly_paths[0]"},
+		{name: "masked path too long", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.MaskedPaths = []string{strings.Repeat("/a", 2048)}
+		}, field: "config.linux.security_context.masked_paths[0]"},
+		{name: "working dir with a name too long", mutate: func(c *runtimeapi.ContainerConfig) { c.WorkingDir = "/" + strings.Repeat("a", 256) },
+			field: "config.working_dir"},
+		{name: "working dir with the longest name", mutate: func(c *runtimeapi.ContainerConfig) { c.WorkingDir = "/" + strings.Repeat("a", 255) }},
+		{name: "mount path with a name too long", mutate: mount("/" + strings.Repeat("m", 300)), field: "config.mounts[0].container_path"},
+		{name: "device without container path", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Devices = []*runtimeapi.Device{{HostPath: "/dev/fuse", Permissions: "rwm"}}
+		}},
+		{name: "host path with a name too long", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{HostPath: "/" + strings.Repeat("h", 300), ContainerPath: "/h"}}
+		}, field: "config.mounts[0].host_path"},
+		{name: "device path with a name too long", mutate: func(c *runtimeapi.ContainerConfig) {
+			c.Devices = []*runtimeapi.Device{{HostPath: "/dev/null", ContainerPath: "/dev/" + strings.Repeat("d", 300)}}
+		}, field: "config.devices[0].container_path"},
 		{name: "negative shares", mutate: res(&runtimeapi.LinuxContainerResources{CpuShares: -1}),
 			field: "config.linux.resources.cpu_shares"},
 		{name: "tiny quota", mutate: res(&runtimeapi.LinuxContainerResources{CpuQuota: 10}),
@@ -148,5 +193,28 @@ func TestCPUSet(t *testing.T) {
 	for _, bad := range []string{"", "a", "-1", "1-", "3-1", "1,,2", "99999999", "1, 2", "+1"} {
 		_, err := parseCPUSet(bad)
 		require.Error(t, err, "%q", bad)
+	}
+}
+
+// UpdateContainerResources holds a memory limit to the same minimum (the swap rule
+// needs the stored limits: runtime/spec.UpdateResources).
+func TestValidateUpdateResources(t *testing.T) {
+	for _, tt := range []struct {
+		r     *runtimeapi.LinuxContainerResources
+		field string
+	}{
+		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1}, "linux.memory_limit_in_bytes"},
+		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 4 << 20}, "linux.memory_limit_in_bytes"},
+		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 256 << 20}, ""},
+		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1}, ""},
+		{&runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: 64 << 20}, ""},
+	} {
+		err := validateResources("linux", tt.r, testNode)
+		if tt.field == "" {
+			require.NoError(t, err, "%v", tt.r)
+			continue
+		}
+		require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+		require.ErrorContains(t, err, tt.field)
 	}
 }

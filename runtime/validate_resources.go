@@ -7,6 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/container"
+	"github.com/shimd/shimd/runtime/spec"
 )
 
 // Limits of the cgroup v1 files runc writes; outside them the kernel or runc refuses.
@@ -57,11 +58,15 @@ func validateResourceValues(field string, r *runtimeapi.LinuxContainerResources)
 	return nil
 }
 
-// validateResources checks resources for this node: the cpusets must name online CPUs
-// and memory nodes, and unified (cgroup v2) keys need a cgroup v2 host.
+// validateResources checks a container's resources for this node, at create and at
+// update: a memory limit runc can set (spec.MinMemoryLimit), cpusets that name online
+// CPUs and memory nodes, and unified (cgroup v2) keys only on a cgroup v2 host.
 func validateResources(field string, r *runtimeapi.LinuxContainerResources, node container.NodeInfo) error {
 	if err := validateResourceValues(field, r); err != nil {
 		return err
+	}
+	if m := r.GetMemoryLimitInBytes(); m > 0 && m < spec.MinMemoryLimit {
+		return invalid(field+".memory_limit_in_bytes", "%d is below the minimum of %d bytes (6 MiB): runc cannot start a container under it", m, spec.MinMemoryLimit)
 	}
 	if len(r.GetUnified()) > 0 && !node.UnifiedCgroups {
 		return invalid(field+".unified", "cgroup v2 settings on a cgroup v1 node")
@@ -84,15 +89,12 @@ func validateResources(field string, r *runtimeapi.LinuxContainerResources, node
 	return nil
 }
 
-// validateContainerResources adds the rule that needs the whole request at create:
-// a memory+swap limit below the memory limit.
+// validateContainerResources adds the rule that needs the whole request at create: a
+// memory+swap limit needs a memory limit at most it (spec.CheckMemorySwap). An update
+// is held to it after merging with the stored limits (spec.UpdateResources).
 func validateContainerResources(field string, r *runtimeapi.LinuxContainerResources, node container.NodeInfo) error {
 	if err := validateResources(field, r, node); err != nil {
 		return err
 	}
-	mem, swap := r.GetMemoryLimitInBytes(), r.GetMemorySwapLimitInBytes()
-	if swap > 0 && mem > 0 && swap < mem {
-		return invalid(field+".memory_swap_limit_in_bytes", "%d is below memory_limit_in_bytes %d", swap, mem)
-	}
-	return nil
+	return spec.CheckMemorySwap(field, r.GetMemoryLimitInBytes(), r.GetMemorySwapLimitInBytes(), node.UnifiedCgroups)
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
@@ -91,8 +94,9 @@ func withHostDevices(host []specs.LinuxDevice) oci.SpecOpts {
 // ReadDevices reads from the host the device nodes that the config's devices name,
 // for Input.DeviceNodes. It is not pure: it follows a symlinked host_path and walks a
 // directory (skipping what containerd skips: pts, shm, fd, mqueue, console, FIFOs).
-// The nodes keep their paths under host_path as given. A missing host_path is
-// NotFound; one that is no device InvalidArgument.
+// The nodes keep their paths under host_path as given. A missing host_path (also
+// one under a file, ENOTDIR) is NotFound; one that is no device, a directory outside
+// /dev, a symlink loop or a name too long InvalidArgument.
 func ReadDevices(devices []*runtimeapi.Device) (map[string][]specs.LinuxDevice, error) {
 	out := map[string][]specs.LinuxDevice{}
 	for i, d := range devices {
@@ -113,12 +117,19 @@ func ReadDevices(devices []*runtimeapi.Device) (map[string][]specs.LinuxDevice, 
 }
 
 func readDeviceNodes(host string) ([]specs.LinuxDevice, error) {
-	resolved, err := filepath.EvalSymlinks(host)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
-	}
+	// Stat first: it says ELOOP where EvalSymlinks only says "too many links".
+	fi, err := os.Stat(host)
 	if err != nil {
-		return nil, err
+		return nil, ClassifyPathError(err)
+	}
+	resolved, err := filepath.EvalSymlinks(host)
+	if err != nil {
+		return nil, ClassifyPathError(err)
+	}
+	if fi.IsDir() && resolved != "/dev" && !strings.HasPrefix(resolved, "/dev/") {
+		// A directory is walked for its device nodes: one outside /dev holds none
+		// worth the walk ("/" would walk the whole host, /proc included).
+		return nil, fmt.Errorf("%q is a directory outside /dev: %w", resolved, errdefs.ErrInvalidArgument)
 	}
 	// oci.WithDevices does containerd's walk; run it on a scratch spec.
 	scratch := &specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{}}}
@@ -137,4 +148,18 @@ func readDeviceNodes(host string) ([]specs.LinuxDevice, error) {
 		nodes[i].Path = filepath.Join(host, rel)
 	}
 	return nodes, nil
+}
+
+// ClassifyPathError gives a failed lookup of a path named in a request its class: a
+// path that does not exist (ENOENT, or ENOTDIR: a file where a directory should be)
+// is NotFound; a symlink loop or a name too long InvalidArgument. Other errors (the
+// node's own trouble) keep theirs.
+func ClassifyPathError(err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
+	case errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.ENAMETOOLONG):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return err
 }

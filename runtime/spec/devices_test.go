@@ -3,6 +3,7 @@ package spec
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -82,6 +83,9 @@ func TestReadDevices(t *testing.T) {
 	require.NoError(t, os.Mkdir(empty, 0o755))
 	regular := filepath.Join(dir, "file")
 	require.NoError(t, os.WriteFile(regular, nil, 0o644))
+	loop := filepath.Join(dir, "loop")
+	require.NoError(t, os.Symlink(loop, loop))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "dangling")))
 
 	tests := []struct {
 		name    string
@@ -105,9 +109,17 @@ func TestReadDevices(t *testing.T) {
 			}},
 		{name: "same host path twice read once", devices: []*runtimeapi.Device{{HostPath: "/dev/null"}, {HostPath: "/dev/null", ContainerPath: "/x"}},
 			check: func(t *testing.T, got map[string][]specs.LinuxDevice) { require.Len(t, got, 1) }},
-		{name: "empty directory", devices: []*runtimeapi.Device{{HostPath: empty}},
-			check: func(t *testing.T, got map[string][]specs.LinuxDevice) { require.Empty(t, got[empty]) }},
+		{name: "a directory outside /dev", devices: []*runtimeapi.Device{{HostPath: empty}}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "a directory in /dev", devices: []*runtimeapi.Device{{HostPath: "/dev/shm"}},
+			check: func(t *testing.T, got map[string][]specs.LinuxDevice) { require.Contains(t, got, "/dev/shm") }},
+		{name: "the host's root", devices: []*runtimeapi.Device{{HostPath: "/"}}, wantErr: errdefs.ErrInvalidArgument},
 		{name: "missing", devices: []*runtimeapi.Device{{HostPath: filepath.Join(dir, "nope")}}, wantErr: errdefs.ErrNotFound},
+		{name: "under a file", devices: []*runtimeapi.Device{{HostPath: "/dev/null/x"}}, wantErr: errdefs.ErrNotFound},
+		{name: "dangling symlink", devices: []*runtimeapi.Device{{HostPath: filepath.Join(dir, "dangling")}},
+			wantErr: errdefs.ErrNotFound},
+		{name: "symlink loop", devices: []*runtimeapi.Device{{HostPath: loop}}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "name too long", devices: []*runtimeapi.Device{{HostPath: "/dev/" + strings.Repeat("n", 300)}},
+			wantErr: errdefs.ErrInvalidArgument},
 		{name: "not a device", devices: []*runtimeapi.Device{{HostPath: regular}}, wantErr: errdefs.ErrInvalidArgument},
 		{name: "relative", devices: []*runtimeapi.Device{{HostPath: "dev/null"}}, wantErr: errdefs.ErrInvalidArgument},
 	}

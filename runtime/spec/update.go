@@ -37,8 +37,11 @@ func Resources(r *runtimeapi.LinuxContainerResources, minOOMScoreAdj int) *specs
 
 // UpdateResources records an update in the container's stored spec: the fields set
 // in linux replace the stored ones, the others are kept (as containerd's CRI plugin
-// does). It changes rec.Spec only.
-func UpdateResources(rec *containers.Container, linux *specs.LinuxResources) error {
+// does). It changes rec.Spec only. An update that sets a memory or swap limit is
+// refused (InvalidArgument, "linux.memory_swap_limit_in_bytes") when the limits in
+// effect afterwards break CheckMemorySwap: a swap limit given alone is held against
+// the stored memory limit. unified: the node runs cgroup v2.
+func UpdateResources(rec *containers.Container, linux *specs.LinuxResources, unified bool) error {
 	if rec.Spec == nil {
 		return fmt.Errorf("container %s has no spec: %w", rec.ID, errdefs.ErrFailedPrecondition)
 	}
@@ -53,6 +56,12 @@ func UpdateResources(rec *containers.Container, linux *specs.LinuxResources) err
 		s.Linux.Resources = &specs.LinuxResources{}
 	}
 	mergeResources(s.Linux.Resources, linux)
+	if m := linux.Memory; m != nil && (m.Limit != nil || m.Swap != nil) {
+		merged := s.Linux.Resources.Memory
+		if err := CheckMemorySwap("linux", deref(merged.Limit), deref(merged.Swap), unified); err != nil {
+			return err
+		}
+	}
 	data, err := json.Marshal(&s)
 	if err != nil {
 		return fmt.Errorf("encode spec of container %s: %w", rec.ID, err)
@@ -89,6 +98,13 @@ func mergeResources(dst, src *specs.LinuxResources) {
 		}
 		maps.Copy(dst.Unified, src.Unified)
 	}
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func firstSet[T any](a, b *T) *T {

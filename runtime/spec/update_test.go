@@ -78,13 +78,35 @@ func TestUpdateResources(t *testing.T) {
 		}, update: &runtimeapi.LinuxContainerResources{CpusetCpus: "0-3"}, check: func(t *testing.T, s *specs.Spec) {
 			require.Equal(t, "0-3", s.Linux.Resources.CPU.Cpus)
 		}},
+		{name: "swap alone below the stored memory limit", rec: stored,
+			update: &runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: 32 << 20}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "swap alone at least the stored memory limit", rec: stored,
+			update: &runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: 64 << 20}, check: func(t *testing.T, s *specs.Spec) {
+				require.Equal(t, int64(64<<20), *s.Linux.Resources.Memory.Swap)
+			}},
+		{name: "memory and swap below it", rec: stored,
+			update: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 512 << 20, MemorySwapLimitInBytes: 128 << 20}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "memory raised above a stored swap limit", rec: func(t *testing.T) *containers.Container {
+			rec := stored(t)
+			require.NoError(t, UpdateResources(rec, Resources(&runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: 64 << 20}, 0), false))
+			return rec
+		}, update: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 128 << 20}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "swap without any memory limit", rec: func(t *testing.T) *containers.Container {
+			return &containers.Container{ID: "c1", Spec: &anypb.Any{TypeUrl: specTypeURL, Value: []byte(`{"ociVersion":"1.0.0"}`)}}
+		}, update: &runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: 64 << 20}, wantErr: errdefs.ErrInvalidArgument},
+		{name: "cpu only leaves stored memory unjudged", rec: func(t *testing.T) *containers.Container {
+			return &containers.Container{ID: "c1", Spec: &anypb.Any{TypeUrl: specTypeURL,
+				Value: []byte(`{"ociVersion":"1.0.0","linux":{"resources":{"memory":{"swap":1}}}}`)}}
+		}, update: &runtimeapi.LinuxContainerResources{CpuShares: 2}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, uint64(2), *s.Linux.Resources.CPU.Shares)
+		}},
 		{name: "no spec", rec: func(t *testing.T) *containers.Container { return &containers.Container{ID: "c1"} },
 			update: &runtimeapi.LinuxContainerResources{}, wantErr: errdefs.ErrFailedPrecondition},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := tc.rec(t)
-			err := UpdateResources(rec, Resources(tc.update, 0))
+			err := UpdateResources(rec, Resources(tc.update, 0), false)
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)
 				return
@@ -95,6 +117,27 @@ func TestUpdateResources(t *testing.T) {
 	}
 	t.Run("bad JSON", func(t *testing.T) {
 		rec := &containers.Container{ID: "c1", Spec: &anypb.Any{TypeUrl: specTypeURL, Value: []byte("{")}}
-		require.Error(t, UpdateResources(rec, &specs.LinuxResources{}))
+		require.Error(t, UpdateResources(rec, &specs.LinuxResources{}, false))
 	})
+}
+
+func TestCheckMemorySwap(t *testing.T) {
+	for _, tc := range []struct {
+		limit, swap int64
+		unified, ok bool
+	}{
+		{0, 0, false, true}, {64 << 20, 0, false, true}, {64 << 20, -1, false, true}, {-1, -1, false, true},
+		{64 << 20, 64 << 20, false, true}, {64 << 20, 128 << 20, true, true},
+		{64 << 20, 32 << 20, false, false}, {64 << 20, 32 << 20, true, false},
+		{0, 64 << 20, false, false}, {0, 64 << 20, true, false},
+		{-1, 64 << 20, false, false}, {-1, 64 << 20, true, true},
+	} {
+		err := CheckMemorySwap("linux", tc.limit, tc.swap, tc.unified)
+		if tc.ok {
+			require.NoError(t, err, "%+v", tc)
+			continue
+		}
+		require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "%+v", tc)
+		require.ErrorContains(t, err, "linux.memory_swap_limit_in_bytes")
+	}
 }
