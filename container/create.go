@@ -27,11 +27,13 @@ import (
 // CreateContainer creates a container in a READY pod.
 //
 //  1. the sandbox must be READY (else FailedPrecondition); the CDI devices asked
-//     for must resolve (else InvalidArgument); reserve the name
+//     for must resolve (else InvalidArgument), the mounts' host paths exist (else
+//     NotFound, create_checks.go); reserve the name
 //  2. resolve the image locally (never pull; absent -> NotFound)
 //  3. prepare the writable layer; resolve the user in it
 //  4. build the OCI spec (a pure function, package spec); inject CDI devices (cdi.go);
-//     NRI plugins adjust it (nri.go)
+//     NRI plugins adjust it (nri.go); the working directory and masked paths must
+//     not cross a file (create_checks.go)
 //  5. containerd container with the record; status CREATED
 func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := req.GetConfig()
@@ -44,6 +46,9 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	}
 	if sb.State != pod.Ready {
 		return nil, fmt.Errorf("sandbox %s is not ready: %w", sb.ID, errdefs.ErrFailedPrecondition)
+	}
+	if err := checkHostPaths(cfg); err != nil {
+		return nil, err
 	}
 	name := sb.ID + "_" + cfg.GetMetadata().GetName() + "_" + fmt.Sprint(cfg.GetMetadata().GetAttempt())
 	if err := s.containers.reserve(name); err != nil {
@@ -128,10 +133,11 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 		}
 	}()
 	// The user comes from the image's /etc/passwd and /etc/group, read from the
-	// writable layer of the image's first container and kept by chain id.
+	// writable layer of the image's first container and kept by chain id. The layer
+	// is also made first when paths of the request are to be checked in it.
 	db := s.userDBs.get(parent)
 	var mounts []mount.Mount
-	prepared := db == nil
+	prepared := db == nil || s.mayNeedRootfs(parent, c.Config)
 	if prepared {
 		// The layer has to exist before the record that names it: a lease keeps it
 		// from containerd's garbage collector until then.
@@ -144,14 +150,18 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 		if mounts, err = prepare(ctx); err != nil {
 			return err
 		}
-		if err := mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
-			db, err = spec.ReadUserDB(root)
-			return err
-		}); err != nil {
-			return fmt.Errorf("resolve user: %w", err)
+		if db == nil {
+			if err := mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
+				db, err = spec.ReadUserDB(root)
+				return err
+			}); err != nil {
+				return fmt.Errorf("resolve user: %w", err)
+			}
+			s.userDBs.put(parent, db)
+			st.done("snapshot+passwd")
+		} else {
+			st.done("snapshot")
 		}
-		s.userDBs.put(parent, db)
-		st.done("snapshot+passwd")
 	}
 	user, err := db.Resolve(c.Config.GetLinux().GetSecurityContext(), img.Config.Config.User)
 	if err != nil {
@@ -166,6 +176,9 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	c.Config = withVolumes
 	ociSpec, err := s.containerSpec(ctx, c, sb, img, user)
 	if err != nil {
+		return err
+	}
+	if err := s.checkTreePaths(ctx, parent, c.Config, ociSpec, mounts); err != nil {
 		return err
 	}
 	st.done("volumes+spec")

@@ -113,6 +113,7 @@ type Manager struct {
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	creating   sync.Map       // ids of containers whose CreateContainer is in progress
 	userDBs    userDBCache    // images' /etc/passwd and /etc/group, by chain id
+	treesOK    treeCache      // paths of requests found sound in images, by chain id
 	// unknownBefore are the containerd containers the last SweepOrphans found
 	// unknown (only SweepOrphans, one at a time, uses it).
 	unknownBefore map[string]bool

@@ -13,10 +13,14 @@ import (
 // to refuse later is refused here with InvalidArgument naming the field:
 //
 //	validate_sandbox.go    RunPodSandbox's config (names, paths, DNS, ports, sysctls)
-//	validate_container.go  CreateContainer's config (names, paths, mounts, capabilities)
+//	validate_container.go  CreateContainer's config (names, paths, mounts, masked paths, capabilities)
 //	validate_resources.go  cgroup resources, shared with UpdateContainerResources
 //	validate_names.go      Kubernetes object name rules
 //	validate_sysctl.go     sysctl names and their kernel namespaces
+//
+// What needs the host or the image's files (a mount's host path, a working directory
+// that is a file of the image) is checked by the container manager at create, before
+// the container exists: container/create_checks.go.
 
 // invalid is an InvalidArgument error naming the field.
 func invalid(field, format string, args ...any) error {

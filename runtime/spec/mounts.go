@@ -27,7 +27,8 @@ const (
 // their place; /run is dropped, as in containerd's CRI plugin.
 //
 // Unlike containerd, nothing here touches the host: a missing host path is not
-// created and the propagation of the source mount is not checked (runc fails or the
+// created (CreateContainer refuses it as NotFound first, container/create_checks.go)
+// and the propagation of the source mount is not checked (runc fails or the
 // propagation does not happen).
 func mountOpts(in Input) ([]oci.SpecOpts, error) {
 	binds, rootPropagation, err := criMounts(in)
