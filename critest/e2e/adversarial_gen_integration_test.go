@@ -29,6 +29,7 @@ type fuzzer struct {
 	is               runtimeapi.ImageServiceClient
 	huge             string
 	hugeBinaryString string
+	baits            int // runcBait's configs so far, for unique names
 }
 
 func newFuzzer(seed uint64, rs runtimeapi.RuntimeServiceClient, is runtimeapi.ImageServiceClient, podID, ctrID, closed string) *fuzzer {
@@ -213,6 +214,60 @@ func (f *fuzzer) containerConfig() *runtimeapi.ContainerConfig {
 		cfg.Labels, cfg.Annotations = f.labels(), f.labels()
 	}
 	return cfg
+}
+
+// Paths that runc fails on at start unless shimd refuses them first: files of the
+// busybox image and of the pod where a directory must be, paths through them, host
+// paths and devices that are missing or under a file.
+var (
+	baitDirs    = []string{"/etc/passwd", "/bin/sh", "/etc/passwd/x", "/bin/sh/../sh/x", "/dev/zero", "/dev/null/x", "/etc/hosts", "/etc/resolv.conf/x", "/tmp", "/new/dir", "/"}
+	baitMasks   = []string{"/etc/passwd/x", "/bin/sh/x", "/dev/zero/x", "/etc/hostname/x", "/proc/kcore", "/etc/passwd", "/nope/x", "/proc/a\x00b", "proc/sys"}
+	baitHosts   = []string{"/nonexistent/shimd-bait", "/etc/passwd/x", "/dev/null/x", "/tmp", "/etc/hostname"}
+	baitDevices = []string{"/dev/shimd-bait-missing", "/dev/null/x", "/etc/passwd/x", "/dev/null", "/dev/zero"}
+)
+
+// runcBait is a config for the test's pod, valid but for one thing runc refuses at
+// start (a memory limit it cannot set, a swap limit the kernel refuses, a file where a
+// directory must be, a masked path with a NUL, a missing host path or device), or
+// valid outright. shimd must refuse it at create (InvalidArgument, NotFound) or start
+// it: never answer Unknown at StartContainer.
+func (f *fuzzer) runcBait() *runtimeapi.ContainerConfig {
+	f.baits++
+	cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("bait%d", f.baits)},
+		Image: &runtimeapi.ImageSpec{Image: busyboxImage}, Command: []string{"true"},
+		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: suiteNS()}}}
+	pick := func(list []string) string {
+		if f.r.IntN(5) == 0 {
+			return f.nastyShort()
+		}
+		return list[f.r.IntN(len(list))]
+	}
+	memory := func() int64 {
+		return []int64{0, 0, -1, 1, 4096, 3 << 20, 6<<20 - 1, 6 << 20, 64 << 20, 256 << 20}[f.r.IntN(10)]
+	}
+	sc := cfg.Linux.SecurityContext
+	switch f.r.IntN(6) {
+	case 0:
+		cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: memory(), MemorySwapLimitInBytes: memory()}
+	case 1:
+		cfg.WorkingDir = pick(baitDirs)
+	case 2:
+		sc.MaskedPaths = []string{"/proc/kcore", pick(baitMasks)}
+	case 3:
+		sc.ReadonlyPaths = []string{pick(baitMasks), "/proc/sys"}
+	case 4:
+		cfg.Mounts = []*runtimeapi.Mount{{HostPath: pick(baitHosts), ContainerPath: "/bait", Readonly: f.r.IntN(2) == 0}}
+	default:
+		cfg.Devices = []*runtimeapi.Device{{HostPath: pick(baitDevices), ContainerPath: "/dev/bait", Permissions: "rwm"}}
+	}
+	return cfg
+}
+
+// baitResources is an update of the test's running container (no memory limit of its
+// own) that runc refuses, or a harmless one.
+func (f *fuzzer) baitResources() *runtimeapi.LinuxContainerResources {
+	v := []int64{0, -1, 1, 4096, 6 << 20, 64 << 20, 1 << 30}
+	return &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: v[f.r.IntN(len(v))], MemorySwapLimitInBytes: v[f.r.IntN(len(v))]}
 }
 
 // imageRef is a reference that is malformed, missing from the local registry (through

@@ -94,6 +94,13 @@ func TestAdversarialRequests(t *testing.T) {
 	}
 	sort.Strings(codesSeen)
 	t.Logf("answers by code: %s", strings.Join(codesSeen, " "))
+	baits := map[codes.Code]int{}
+	for _, r := range results {
+		if r.a.rpc == "CreateContainer+StartContainer" {
+			baits[r.code]++
+		}
+	}
+	t.Logf("runc baits (create, then start if created): %v", baits)
 
 	require.Equal(t, pid, env.Shimd.PID(), "shimd restarted")
 	_, err = rs.Version(ctxT(t, 10*time.Second), &runtimeapi.VersionRequest{})

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -57,6 +58,25 @@ func (f *fuzzer) next() []attack {
 	ctrCfg, sbCfg := f.containerConfig(), f.podConfig()
 	add("CreateContainer", "pod "+q(sid)+" config "+summary(ctrCfg), func(ctx context.Context) error {
 		_, err := rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sid, Config: ctrCfg, SandboxConfig: sbCfg})
+		return err
+	})
+	bait := f.runcBait()
+	add("CreateContainer+StartContainer", "config "+summary(bait), func(ctx context.Context) error {
+		resp, err := rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: f.podID, Config: bait})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_, _ = rs.RemoveContainer(rctx, &runtimeapi.RemoveContainerRequest{ContainerId: resp.ContainerId})
+		}()
+		_, err = rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId})
+		return err
+	})
+	baitRes := f.baitResources()
+	add("UpdateContainerResources", "running container, memory "+summary(baitRes), func(ctx context.Context) error {
+		_, err := rs.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: f.ctrID, Linux: baitRes})
 		return err
 	})
 	add("StartContainer", "id "+q(unknown), func(ctx context.Context) error {
