@@ -63,6 +63,9 @@ func (v *imageVolumes) mount(ctx context.Context, c *Container, sb pod.Pod, snap
 		if !m.GetReadonly() {
 			return nil, invalid(field+".readonly", "must be true: an image volume is read-only")
 		}
+		if u := sb.UserNamespace(); u != nil && (!sameMappings(m.GetUidMappings(), u.GetUids()) || !sameMappings(m.GetGidMappings(), u.GetGids())) {
+			return nil, invalid(field, "an image volume in a pod with its own user namespace takes the pod's id mappings or none")
+		}
 		img, err := v.m.opts.Images.Find(ctx, m.GetImage().GetImage())
 		if err != nil {
 			return nil, fmt.Errorf("%s.image: %w", field, err)
@@ -80,6 +83,12 @@ func (v *imageVolumes) mount(ctx context.Context, c *Container, sb pod.Pod, snap
 			cfg = proto.Clone(c.Config).(*runtimeapi.ContainerConfig)
 		}
 		cfg.Mounts[i].HostPath = target
+		if sb.UserNamespace() != nil {
+			// The volume is id-mapped to the pod already (volume); the kubelet sends
+			// the pod's mappings with every mount of such a pod, and an id-mapped
+			// mount cannot be id-mapped again.
+			cfg.Mounts[i].UidMappings, cfg.Mounts[i].GidMappings = nil, nil
+		}
 	}
 	return cfg, nil
 }
@@ -264,4 +273,11 @@ func idMapList(ids []*runtimeapi.IDMapping) string {
 		parts = append(parts, fmt.Sprintf("%d:%d:%d", m.GetContainerId(), m.GetHostId(), m.GetLength()))
 	}
 	return strings.Join(parts, ",")
+}
+
+// sameMappings: none given, or the same as the pod's.
+func sameMappings(given, pod []*runtimeapi.IDMapping) bool {
+	return len(given) == 0 || slices.EqualFunc(given, pod, func(a, b *runtimeapi.IDMapping) bool {
+		return a.GetContainerId() == b.GetContainerId() && a.GetHostId() == b.GetHostId() && a.GetLength() == b.GetLength()
+	})
 }
