@@ -112,6 +112,20 @@ T0=$(date +%s.%N); run $C stop -t 30 "$SC"; echo "stopped in $(awk -v a="$T0" -v
 run $C logs "$SC"; run $C inspect -o go-template --template '{{.status.exitCode}}' "$SC"
 run $C stopp "$SP"; run $C rmp "$SP"
 
+say "the smallest memory limit shimd accepts (6 MiB) starts a container, 5 times; 1 byte is refused"
+MP=$($C runp "$W/pod.json")
+for i in 1 2 3 4 5; do
+  cat >"$W/mem$i.json" <<EOF
+{"metadata": {"name": "mem$i"}, "image": {"image": "docker.io/library/busybox:latest"}, "log_path": "mem$i.log",
+ "command": ["sh", "-c", "echo started"], "linux": {"resources": {"memory_limit_in_bytes": 6291456}}}
+EOF
+  MC=$($C create "$MP" "$W/mem$i.json" "$W/pod.json") && $C start "$MC" >/dev/null 2>&1; sleep 0.5
+  echo "6 MiB try $i: $($C inspect -o go-template --template '{{.status.state}} exit {{.status.exitCode}} {{.status.reason}}' "$MC" 2>/dev/null)" >>"$R"
+done
+sed 's/6291456/1/; s/mem5/mem0/' "$W/mem5.json" >"$W/mem0.json"
+run $C create "$MP" "$W/mem0.json" "$W/pod.json"
+run $C stopp "$MP"; run $C rmp "$MP"
+
 say "leftovers after removal"
 # The pod's cgroup_parent is the kubelet's to make and remove; runc made it here.
 rmdir /sys/fs/cgroup/shimdv2pod 2>/dev/null
