@@ -4,15 +4,20 @@
 #   hack/tools.sh containerd containerd 2.4.2, its runc shim and ctr, from the Go module proxy
 #   hack/tools.sh runc       runc 1.5.2 from the Go module proxy (seccomp build)
 #   hack/tools.sh critools   crictl and critest v1.36.0, and the ginkgo CLI
-#   hack/tools.sh kubelet    kubelet v1.34.12 (about 6 minutes, 1.5 GB of memory)
+#   hack/tools.sh kubelet    kubelet $KUBELET_VERSION (about 6 minutes, 1.5 GB of memory)
 #   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-#                            v1.34.12 and etcd, for the one-node cluster (make e2e-cluster)
+#                            $KUBELET_VERSION and the etcd its go.mod uses, for the one-node
+#                            cluster (make e2e-cluster)
 #   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost and the
-#                            ginkgo CLI of e2e.test's ginkgo, v1.34.12 (make node-conformance;
-#                            about 15 minutes and 4 GB of memory the first time)
+#                            ginkgo CLI of e2e.test's ginkgo, $KUBELET_VERSION (make
+#                            node-conformance; about 15 minutes and 4 GB of memory the first time)
 #   hack/tools.sh runsc      gVisor's runsc and containerd-shim-runsc-v1 (the runsc runtime handler)
 #   hack/tools.sh all        all of the above but runsc (over 3 minutes: built by make critest-runsc)
 # Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
+# KUBELET_VERSION (default v1.37.2) picks the Kubernetes release; its binaries go to a
+# directory of their own, bin/k8s-$KUBELET_VERSION, so that releases never replace
+# each other (KUBELET_VERSION=v1.34.12 builds the kubelet of the skew smoke,
+# make e2e-kubelet-skew; critest/kubelet reads the same variable).
 set -euo pipefail
 
 TOOLS=${SHIMD_TOOLS:-/var/cache/shimd/tools}
@@ -21,10 +26,15 @@ CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.2}
 CRITOOLS_VERSION=${CRITOOLS_VERSION:-v1.36.0}
 GINKGO_VERSION=${GINKGO_VERSION:-v2.28.1}
-KUBELET_VERSION=${KUBELET_VERSION:-v1.34.12}
+KUBELET_VERSION=${KUBELET_VERSION:-v1.37.2}
 # gVisor publishes no semver tags on the module proxy: a pseudo-version of its go branch.
 GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.4}
+# Empty: the etcd version Kubernetes $KUBELET_VERSION's go.mod requires.
+ETCD_VERSION=${ETCD_VERSION:-}
+# One directory per Kubernetes release: the kubelet, the control plane, kubectl, etcd,
+# e2e.test, agnhost and ginkgo-e2e. A binary of another release is never found here,
+# and the version checks below compare what each binary says with the release.
+KBIN=$BIN/k8s-$KUBELET_VERSION
 mkdir -p "$BIN"
 # One run at a time: a second caller waits, then finds the binaries cached.
 if [ -z "${SHIMD_TOOLS_LOCKED:-}" ]; then
@@ -35,13 +45,20 @@ export GOBIN=$BIN GOFLAGS=${GOFLAGS:--mod=mod}
 
 log() { echo "tools: $*" >&2; }
 
+# printed command...: what the command prints (stdout; stderr and its exit status are
+# ignored), read whole. The version checks grep this, never a pipe: with pipefail,
+# "binary --version | grep -q" fails whenever grep exits at its first match before
+# the binary has written its last line (SIGPIPE), and the cached binary was rebuilt
+# for nothing (kubectl, runc and etcd print several lines).
+printed() { "$@" 2>/dev/null || true; }
+
 debs() {
 	local want=(containerd runc containernetworking-plugins iptables iproute2 busybox-static
 		docker-registry skopeo umoci libseccomp-dev pkg-config apache2-utils
 		systemd) # systemd: only systemd-analyze, to verify shimd's units; nothing runs it as PID 1
 	local missing=()
 	for p in "${want[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+		grep -q 'ok installed' <<<"$(printed dpkg-query -W -f='${Status}' "$p")" || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
 	log "apt-get install ${missing[*]}"
@@ -51,7 +68,7 @@ debs() {
 }
 
 containerd_bins() {
-	if [ -x "$BIN/containerd" ] && "$BIN/containerd" --version | grep -q "$CONTAINERD_VERSION"; then return 0; fi
+	if [ -x "$BIN/containerd" ] && grep -q "$CONTAINERD_VERSION" <<<"$(printed "$BIN/containerd" --version)"; then return 0; fi
 	log "building containerd $CONTAINERD_VERSION"
 	(cd / && go install -ldflags "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
 		"github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
@@ -60,7 +77,7 @@ containerd_bins() {
 }
 
 runc_bin() {
-	if [ -x "$BIN/runc" ] && "$BIN/runc" --version | grep -q "${RUNC_VERSION#v}"; then return 0; fi
+	if [ -x "$BIN/runc" ] && grep -q "${RUNC_VERSION#v}" <<<"$(printed "$BIN/runc" --version)"; then return 0; fi
 	log "building runc $RUNC_VERSION"
 	(cd / && CGO_ENABLED=1 go install -tags seccomp -ldflags "-X main.version=${RUNC_VERSION#v}" \
 		"github.com/opencontainers/runc@$RUNC_VERSION")
@@ -68,7 +85,7 @@ runc_bin() {
 
 critools() {
 	if [ -x "$BIN/critest" ] && [ -x "$BIN/crictl" ] && [ -x "$BIN/ginkgo" ] &&
-		"$BIN/crictl" --version | grep -q "${CRITOOLS_VERSION#v}"; then return 0; fi
+		grep -q "${CRITOOLS_VERSION#v}" <<<"$(printed "$BIN/crictl" --version)"; then return 0; fi
 	log "building crictl and critest $CRITOOLS_VERSION"
 	local d
 	d=$(mktemp -d)
@@ -107,11 +124,17 @@ k8s_module() {
 	go mod edit -require="k8s.io/kubernetes@$KUBELET_VERSION"
 }
 
+# The version the binaries report (hack/lib/version.sh of the release sets the same).
+k8s_ldflags() {
+	local minor=${KUBELET_VERSION#v*.}
+	echo "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
+		"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}"
+}
+
 k8s_build() { # output-dir package...
 	local out=$1
 	shift
-	go build -tags selinux,notest,grpcnotrace -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
-		-o "$out" "$@"
+	go build -tags selinux,notest,grpcnotrace -ldflags "$(k8s_ldflags)" -o "$out" "$@"
 }
 
 # The kubelet and the control plane of a one-node cluster (critest/cluster):
@@ -124,7 +147,7 @@ kube_bins() { # name...: build those of them that are missing, at once
 		local v=--version
 		[ "$b" = kubectl ] && v="version --client"
 		# shellcheck disable=SC2086 # $v is two words for kubectl
-		[ -x "$BIN/$b" ] && "$BIN/$b" $v 2>/dev/null | grep -q "$KUBELET_VERSION" || missing+=("$b")
+		[ -x "$KBIN/$b" ] && grep -qwF -- "$KUBELET_VERSION" <<<"$(printed "$KBIN/$b" $v)" || missing+=("$b")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
 	log "building ${missing[*]} $KUBELET_VERSION (about 6 minutes for the kubelet alone, 10 for all)"
@@ -138,23 +161,42 @@ kube_bins() { # name...: build those of them that are missing, at once
 	d=$(mktemp -d)
 	out=$(mktemp -d)
 	(cd "$d" && k8s_module "${apps[@]}" && k8s_build "$out/" "${pkgs[@]}")
-	for b in "${missing[@]}"; do mv "$out/$b" "$BIN/$b"; done
+	mkdir -p "$KBIN"
+	for b in "${missing[@]}"; do mv "$out/$b" "$KBIN/$b"; done
 	rm -rf "$d" "$out"
 }
 
-# etcd of the version Kubernetes $KUBELET_VERSION's go.mod uses.
+# k8s_require module: the version of module that k8s.io/kubernetes $KUBELET_VERSION's
+# go.mod requires (from the module cache; the proxy the first time).
+k8s_require() {
+	local gomod
+	gomod=$(cd / && GONOSUMDB=k8s.io/kubernetes GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBELET_VERSION" |
+		sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+	awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$gomod"
+}
+
+# etcd of the version Kubernetes $KUBELET_VERSION's go.mod uses (or $ETCD_VERSION),
+# beside that release's control plane. etcd.version says which it is: a binary of
+# another etcd release is rebuilt.
 etcd_bin() {
-	if [ -x "$BIN/etcd" ] && "$BIN/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}"; then return 0; fi
-	log "building etcd $ETCD_VERSION"
+	local want=$ETCD_VERSION
+	if [ -z "$want" ] && [ -x "$KBIN/etcd" ] && [ -f "$KBIN/etcd.version" ]; then return 0; fi
+	[ -n "$want" ] || want=$(k8s_require go.etcd.io/etcd/server/v3)
+	[ -n "$want" ] || { log "no go.etcd.io/etcd/server/v3 in k8s.io/kubernetes@$KUBELET_VERSION's go.mod"; return 1; }
+	if [ -x "$KBIN/etcd" ] && [ "$(cat "$KBIN/etcd.version" 2>/dev/null)" = "$want" ] &&
+		grep -qxF "etcd Version: ${want#v}" <<<"$(printed "$KBIN/etcd" --version)"; then return 0; fi
+	log "building etcd $want (for Kubernetes $KUBELET_VERSION)"
 	local e
 	e=$(mktemp -d)
 	(
 		cd "$e"
 		export GOFLAGS=-mod=mod CGO_ENABLED=0
 		go mod init x >/dev/null 2>&1
-		go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1
-		go build -o "$BIN/etcd" go.etcd.io/etcd/server/v3
+		go get "go.etcd.io/etcd/server/v3@$want" >/dev/null 2>&1
+		mkdir -p "$KBIN"
+		go build -o "$KBIN/etcd" go.etcd.io/etcd/server/v3
 	)
+	echo "$want" >"$KBIN/etcd.version"
 	rm -rf "$e"
 }
 
@@ -164,8 +206,9 @@ etcd_bin() {
 # e2e.test is built with (a parallel run needs the two to match), all from one throwaway
 # module. The release is written next to them: e2e.test and agnhost print none.
 e2e_bins() {
-	if [ -x "$BIN/e2e.test" ] && [ -x "$BIN/agnhost" ] && [ -x "$BIN/ginkgo-e2e" ] && [ -f "$BIN/agnhost-porter/localhost.key" ] &&
-		[ "$(cat "$BIN/e2e.test.version" 2>/dev/null)" = "$KUBELET_VERSION" ]; then return 0; fi
+	if [ -x "$KBIN/e2e.test" ] && [ -x "$KBIN/agnhost" ] && [ -x "$KBIN/ginkgo-e2e" ] && [ -f "$KBIN/agnhost-porter/localhost.key" ] &&
+		[ -s "$KBIN/agnhost.version" ] &&
+		[ "$(cat "$KBIN/e2e.test.version" 2>/dev/null)" = "$KUBELET_VERSION" ]; then return 0; fi
 	log "building e2e.test, agnhost and ginkgo $KUBELET_VERSION (about 15 minutes, 4 GB of memory)"
 	local d out
 	d=$(mktemp -d)
@@ -175,17 +218,22 @@ e2e_bins() {
 		k8s_module k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost/netexec github.com/onsi/ginkgo/v2/ginkgo/command
 		go build -o "$out/ginkgo-e2e" github.com/onsi/ginkgo/v2/ginkgo
 		k8s_build "$out/agnhost" k8s.io/kubernetes/test/images/agnhost
-		go test -c -vet=off -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION" \
-			-o "$out/e2e.test" k8s.io/kubernetes/test/e2e
+		go test -c -vet=off -ldflags "$(k8s_ldflags)" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
 		go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2 >"$out/ginkgo-e2e.version"
 		# The image has porter's test certificate at /localhost.crt and /localhost.key
 		# (netexec --tls-cert-file in the https lifecycle hook tests).
+		local src
+		src=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost
 		mkdir "$out/agnhost-porter"
-		cp "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)"/test/images/agnhost/porter/localhost.{crt,key} "$out/agnhost-porter/"
+		cp "$src"/porter/localhost.{crt,key} "$out/agnhost-porter/"
+		# The image tag the release's e2e tests pull (test/utils/image/manifest.go's
+		# Agnhost is the VERSION of test/images/agnhost): critest/images tags it so.
+		cp "$src/VERSION" "$out/agnhost.version"
 	)
-	rm -rf "$BIN/agnhost-porter"
-	for b in ginkgo-e2e ginkgo-e2e.version agnhost-porter agnhost e2e.test; do mv "$out/$b" "$BIN/$b"; done
-	echo "$KUBELET_VERSION" >"$BIN/e2e.test.version"
+	mkdir -p "$KBIN"
+	rm -rf "$KBIN/agnhost-porter"
+	for b in ginkgo-e2e ginkgo-e2e.version agnhost-porter agnhost.version agnhost e2e.test; do mv "$out/$b" "$KBIN/$b"; done
+	echo "$KUBELET_VERSION" >"$KBIN/e2e.test.version"
 	rm -rf "$d" "$out"
 }
 

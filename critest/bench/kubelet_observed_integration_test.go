@@ -30,7 +30,8 @@ const kubeletPoll = 10 * time.Millisecond
 
 // plegModes are the kubelet's two ways of learning of container changes: relisting
 // the runtime every second (generic), or GetContainerEvents (evented, an alpha
-// feature gate in v1.34, with a relist every 300 s as a fallback).
+// feature gate: in v1.34 it replaced the relist, which ran every 300 s as a fallback;
+// from v1.37 the 1 s relist stays and a container's stop event only hurries it).
 var plegModes = []struct {
 	name  string
 	gates map[string]bool
@@ -47,7 +48,7 @@ type observed struct {
 	na      string          // not available: why
 }
 
-// BenchmarkKubeletObserved is a pod start as a user sees it: a real kubelet (v1.34,
+// BenchmarkKubeletObserved is a pod start as a user sees it: a real kubelet (v1.37,
 // standalone, critest/kubelet) on the runtime, a static pod manifest with one busybox
 // container (`sleep 3600`) written into its staticPodPath, and the time until the
 // kubelet's own /pods (the status its status manager holds, which it would send to an
@@ -106,7 +107,7 @@ func BenchmarkKubeletObserved(b *testing.B) {
 		}
 	}
 	reportObserved(fmt.Sprintf("kubelet-observed pod start: static pod manifest written -> container Running in the kubelet's /pods (polled every %s); "+
-		"%d rounds per runtime and PLEG mode after 1 warm-up, one kubelet v1.34 at a time", kubeletPoll, n), targets, cells)
+		"%d rounds per runtime and PLEG mode after 1 warm-up, one kubelet %s at a time", kubeletPoll, n, kubelet.Version()), targets, cells)
 }
 
 // kubeletRounds starts a kubelet on tg and times rounds static pods. na is set when the

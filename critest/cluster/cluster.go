@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,6 +73,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.NodeName == "" {
 		opts.NodeName = "shimd-e2e-node"
 	}
+	if ip := net.ParseIP(opts.NodeIP); ip == nil || ip.IsLoopback() {
+		harness.Fatalf(t, "cluster: Options.NodeIP %q: want a non-loopback address", opts.NodeIP)
+	}
 	c := &Cluster{Dir: harness.NewBaseDir(t), NodeName: opts.NodeName}
 	p, err := newPKI(filepath.Join(c.Dir, "pki"))
 	if err != nil {
@@ -115,7 +119,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 	pk := p.path
 	c.APIServer = harness.StartDaemon(t, "kube-apiserver", Binary("kube-apiserver"), []string{
 		"--etcd-servers", clientURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(apiPort),
+		// It listens on loopback only, and advertises the node's address: the
+		// endpoint reconciler of v1.35+ refuses a loopback one (the kubernetes
+		// Service's endpoints may not be loopback), and no kube-proxy routes the
+		// Service here anyway.
+		"--bind-address", "127.0.0.1", "--advertise-address", opts.NodeIP, "--secure-port", strconv.Itoa(apiPort),
 		"--cert-dir", filepath.Join(c.Dir, "apiserver-certs"),
 		"--tls-cert-file", pk("apiserver.crt"), "--tls-private-key-file", pk("apiserver.key"),
 		"--client-ca-file", pk("ca.crt"),

@@ -22,9 +22,6 @@ const (
 	// testHandler is the runtime handler the e2e tests' RuntimeClass names
 	// (e2enode.PreconfiguredRuntimeClassHandler): node e2e jobs configure it.
 	testHandler = "test-handler"
-	// agnhostImage must be in the offline set: it is built from hack/tools.sh e2e's
-	// agnhost binary, so a set built before that lacks it.
-	agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.56"
 	// e2eReserve is how much of go test's -timeout is kept for the cleanups.
 	e2eReserve = 5 * time.Minute
 )
@@ -34,7 +31,8 @@ const (
 // more processes than the 2 cores of the build machine pay.
 const DefaultNodeConformanceParallel = 4
 
-// TestNodeConformance runs the upstream Kubernetes v1.34.12 e2e tests focused on
+// TestNodeConformance runs the upstream Kubernetes e2e tests (v1.37.2, or
+// KUBELET_VERSION's release) focused on
 // [NodeConformance] against a one-node cluster on shimd, offline: e2e.test's image
 // registries are remapped (KUBE_TEST_REPO_LIST) to the local registry, which
 // serves the offline image set with the e2e images (agnhost built from the
@@ -77,6 +75,12 @@ func TestNodeConformance(t *testing.T) {
 		t.Logf("skip %q: %s", s.Pattern, s.Reason)
 	}
 
+	// The agnhost image must be in the offline set: it is built from hack/tools.sh
+	// e2e's agnhost binary, so a set built before that lacks it.
+	agnhostImage, err := agnhostImage()
+	if err != nil {
+		harness.Fatalf(t, "%v", err)
+	}
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	reg.Digest(t, agnhostImage) // fails when the set lacks agnhost
 	// The registries that need credentials (gcr.io/authenticated-image-pulling,
@@ -175,6 +179,17 @@ func TestNodeConformance(t *testing.T) {
 	})
 }
 
+// agnhostImage is the agnhost image the e2e tests of the release pull: tagged with
+// the agnhost.version hack/tools.sh e2e writes beside the binary, as
+// critest/images tags it.
+func agnhostImage() (string, error) {
+	b, err := os.ReadFile(Binary("agnhost.version"))
+	if err != nil {
+		return "", fmt.Errorf("agnhost's version (build it again with hack/tools.sh e2e): %w", err)
+	}
+	return "registry.k8s.io/e2e-test-images/agnhost:" + strings.TrimSpace(string(b)), nil
+}
+
 // RepoList is e2e.test's KUBE_TEST_REPO_LIST: every registry of
 // test/utils/image/manifest.go on the local registry at host, under the
 // repository path the offline image set keeps from the upstream name
@@ -183,7 +198,8 @@ func TestNodeConformance(t *testing.T) {
 // "not found", never leaving the machine), and the registries that need
 // credentials are on authHost, which wants them.
 func RepoList(host, authHost string) string {
-	return fmt.Sprintf(`# KUBE_TEST_REPO_LIST for Kubernetes v1.34 e2e.test (critest/cluster): everything from the local registry.
+	return fmt.Sprintf(`# KUBE_TEST_REPO_LIST for Kubernetes e2e.test (critest/cluster): everything from the local registry.
+# gcAuthenticatedRegistry is v1.34's (gone in v1.35+, where yaml ignores it).
 gcAuthenticatedRegistry: %[2]s/authenticated-image-pulling
 promoterE2eRegistry: %[1]s/e2e-test-images
 buildImageRegistry: %[1]s/build-image

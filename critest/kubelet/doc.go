@@ -1,6 +1,7 @@
-// Package kubelet runs a real kubelet (v1.34, standalone: no API server, static
-// pods) on shimd and checks the pods through the kubelet's own API (/pods,
-// /containerLogs, /exec, /portForward, /stats/summary) and through CRI.
+// Package kubelet runs a real kubelet (v1.37.2, or the release KUBELET_VERSION
+// names; standalone: no API server, static pods) on shimd and checks the pods
+// through the kubelet's own API (/pods, /containerLogs, /exec, /portForward,
+// /stats/summary) and through CRI.
 //
 // Everything is behind the integration build tag. Run as root:
 //

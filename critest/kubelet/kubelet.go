@@ -27,19 +27,6 @@ import (
 	"github.com/shimd/shimd/critest/harness"
 )
 
-// Version is the kubelet release hack/tools.sh builds.
-const Version = "v1.34.12"
-
-// Binary is the kubelet hack/tools.sh builds: $SHIMD_TOOLS/bin/kubelet
-// (default /var/cache/shimd/tools/bin/kubelet).
-func Binary() string {
-	dir := os.Getenv("SHIMD_TOOLS")
-	if dir == "" {
-		dir = harness.DefaultToolsDir
-	}
-	return filepath.Join(dir, "bin", "kubelet")
-}
-
 // Options configures Start.
 type Options struct {
 	// Dir holds the kubelet's root dir, config, certs, static pod dir, pod

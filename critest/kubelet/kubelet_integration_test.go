@@ -32,14 +32,15 @@ type e2e struct {
 	pods     []string // the static pods of this run
 }
 
-// TestKubelet runs a standalone kubelet v1.34 on shimd and checks static
+// TestKubelet runs a standalone kubelet (Version) on shimd and checks static
 // pods through the kubelet's API and through CRI, step by step. The steps
 // share one kubelet and one shimd; each waits with a deadline.
 func TestKubelet(t *testing.T) { runKubelet(t, nil) }
 
-// TestKubeletBetaFeatures runs the same steps with feature gates the kubelet v1.34
-// has off by default: the evented PLEG, which learns of container changes from
-// GetContainerEvents instead of relisting, and image volumes, with one more pod.
+// TestKubeletBetaFeatures runs the same steps with feature gates the kubelet has
+// off by default, or had in v1.34: the evented PLEG (alpha, off in v1.37), which
+// learns of container changes from GetContainerEvents instead of relisting, and
+// image volumes (GA and always on since v1.36), with one more pod.
 func TestKubeletBetaFeatures(t *testing.T) {
 	s := runKubelet(t, map[string]bool{"EventedPLEG": true, "ImageVolume": true})
 	if s == nil || t.Failed() {
@@ -85,7 +86,7 @@ func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 	start := time.Now()
 	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node", FeatureGates: gates})
 	t.Logf("kubelet %s pid %d up in %s: API %s, read-only :%d, root %s, log %s",
-		Version, s.k.PID(), time.Since(start).Round(time.Millisecond), s.k.URL(), s.k.ReadOnly, s.k.RootDir, s.k.LogPath)
+		Version(), s.k.PID(), time.Since(start).Round(time.Millisecond), s.k.URL(), s.k.ReadOnly, s.k.RootDir, s.k.LogPath)
 	// On failure: stop the kubelet first so it recreates nothing, then take
 	// down through CRI whatever pods it left, so that netns, leases and
 	// cgroups go too (the failed step has said what went wrong; the

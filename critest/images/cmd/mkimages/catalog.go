@@ -18,6 +18,9 @@ type inputs struct {
 	// ("agnhost") and porter's test certificate ("localhost.crt", "localhost.key"),
 	// from hack/tools.sh e2e; nil leaves the agnhost image out of the set.
 	Agnhost map[string][]byte
+	// AgnhostTag is that agnhost's version (agnhost.version beside the binary: the
+	// release's test/images/agnhost/VERSION, the tag its e2e tests pull).
+	AgnhostTag string
 }
 
 const (
@@ -89,7 +92,9 @@ func catalog(in inputs) ([]*image, error) {
 	marker := func(p string) *layer { return b.layer("marker file /"+p, []entry{file(p, 0o644, nil)}) }
 
 	imgs := []*image{
-		{Names: []string{e2e + "busybox:1.29-2", e2e + "busybox:1.37.0-1"}, Doc: "busybox: critest's default container image and the Kubernetes e2e tests' (v1.34)",
+		{Names: []string{e2e + "busybox:1.29-2", e2e + "busybox:1.37.0-1", e2e + "busybox:1.37.0-2", e2e + "glibc-dns-testing:2.1.1"},
+			Doc: "busybox: critest's default container image and the Kubernetes e2e tests' (v1.34: 1.37.0-1, v1.37: 1.37.0-2); " +
+				"also glibc-dns-testing, whose only [NodeConformance] use (v1.37) is sh, hostname and hostname -f through /etc/hosts",
 			Layers: base, Config: sh, Format: dockerV2List},
 		{Names: []string{"docker.io/library/busybox:latest", "docker.io/library/busybox:1.36"},
 			Doc: "busybox for shimd's own tests: one image, two tags", Layers: base, Config: sh, Format: ociIndex},
@@ -120,7 +125,8 @@ func catalog(in inputs) ([]*image, error) {
 		file("usr/local/bin/httpd-foreground", 0o755, []byte(httpdForeground)),
 	})
 	imgs = append(imgs,
-		&image{Names: []string{e2e + "nginx:1.14-2", e2e + "nginx:1.14-4"}, Doc: "nginx stand-in: HTTP 200 on :80, /var/run/nginx.pid, 'nginx: master process'",
+		&image{Names: []string{e2e + "nginx:1.14-2", e2e + "nginx:1.14-4", e2e + "nginx:1.27.0-2"},
+			Doc:    "nginx stand-in: HTTP 200 on :80, /var/run/nginx.pid, 'nginx: master process' (critest; e2e tests v1.34: 1.14-4, v1.37: 1.27.0-2)",
 			Layers: with(nginxBin, nginxConf(80)), Config: nginxCfg(""), Format: dockerV2List},
 		&image{Names: []string{cri + "hostnet-nginx-amd64"}, Doc: "the nginx stand-in listening on :12003 (for host-network pods)",
 			Layers: with(nginxBin, nginxConf(12003)), Config: nginxCfg("SIGQUIT"), Format: dockerV2List},
@@ -129,11 +135,11 @@ func catalog(in inputs) ([]*image, error) {
 				Env:        []string{"PATH=/usr/local/apache2/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HTTPD_PREFIX=/usr/local/apache2"},
 				Cmd:        []string{"httpd-foreground"},
 				WorkingDir: "/usr/local/apache2", ExposedPorts: map[string]struct{}{"80/tcp": {}}, StopSignal: "SIGWINCH"}},
-		&image{Names: []string{e2e + "nonewprivs:1.3"}, Doc: "setuid-root /usr/local/bin/nnp printing 'Effective uid: N'",
+		&image{Names: []string{e2e + "nonewprivs:1.3", e2e + "nonewprivs:1.4"}, Doc: "setuid-root /usr/local/bin/nnp printing 'Effective uid: N' (critest, e2e v1.34: 1.3; e2e v1.37: 1.4)",
 			Format: dockerV2List, Layers: with(b.layer("nnp stand-in, setuid root (critest/images/cmd/nonewprivs)", []entry{
 				file("usr/local/bin/nnp", 0o4755, in.Helpers["nonewprivs"])})),
 			Config: ocispec.ImageConfig{Env: []string{pathEnv}, Entrypoint: []string{"/usr/local/bin/nnp"}}},
-		&image{Names: []string{e2e + "nonroot:1.4"}, Doc: "busybox with image config User 1234 (the e2e tests' runAsNonRoot image)",
+		&image{Names: []string{e2e + "nonroot:1.4", e2e + "nonroot:1.5"}, Doc: "busybox with image config User 1234 (the e2e tests' runAsNonRoot image; v1.34: 1.4, v1.37: 1.5)",
 			Layers: base, Config: ocispec.ImageConfig{Env: []string{pathEnv}, Cmd: []string{"sh"}, User: "1234"}, Format: dockerV2List},
 	)
 	if in.Agnhost != nil {
@@ -176,7 +182,7 @@ func catalog(in inputs) ([]*image, error) {
 			Layers: []*layer{pause}, Config: pauseCfg, Format: dockerV2List},
 		&image{Names: []string{"registry.k8s.io/pause:3.10"}, Doc: "pause: the harness's sandbox image for containerd's CRI plugin",
 			Layers: []*layer{pause}, Config: pauseCfg, Format: ociIndex},
-		&image{Names: []string{"registry.k8s.io/pause:3.10.2"}, Doc: "pause: containerd 2.4's default sandbox image",
+		&image{Names: []string{"registry.k8s.io/pause:3.10.2"}, Doc: "pause: containerd 2.4's default sandbox image and the Kubernetes v1.37 e2e tests' pause image",
 			Layers: []*layer{pause}, Config: pauseCfg, Format: ociIndex},
 		&image{Names: []string{"registry.k8s.io/pause:3.10.1"}, Doc: "pause: the Kubernetes v1.34 e2e tests' pause image",
 			Layers: []*layer{pause}, Config: pauseCfg, Format: dockerV2List},
@@ -194,15 +200,15 @@ func catalog(in inputs) ([]*image, error) {
 	return imgs, b.err
 }
 
-// agnhostImage is registry.k8s.io/e2e-test-images/agnhost:2.56 as upstream's
-// Dockerfile makes it (test/images/agnhost), on the busybox base instead of
-// Alpine: the real /agnhost of the release (hack/tools.sh e2e), /agnhost-2 (a link
+// agnhostImage is registry.k8s.io/e2e-test-images/agnhost:<AgnhostTag> (2.66.1 for
+// Kubernetes v1.37.2) as upstream's Dockerfile makes it (test/images/agnhost), on the
+// busybox base instead of Alpine: the real /agnhost of the release (hack/tools.sh e2e), /agnhost-2 (a link
 // the entrypoint tests call), /uploads, porter's /localhost.crt and /localhost.key, the user-defined-in-image user (1000) in
 // group-defined-in-image (50000), and of Alpine's tools the ones e2e tests run in
 // agnhost pods: curl (the cmd/curl stand-in), nc, sh and /bin/bash (a script
 // running busybox sh). Entrypoint /agnhost, Cmd pause.
 func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
-	bin := b.layer("agnhost 2.56 (k8s.io/kubernetes/test/images/agnhost, hack/tools.sh e2e), /agnhost-2, /uploads", []entry{
+	bin := b.layer("agnhost "+in.AgnhostTag+" (k8s.io/kubernetes/test/images/agnhost, hack/tools.sh e2e), /agnhost-2, /uploads", []entry{
 		file("agnhost", 0o755, in.Agnhost["agnhost"]), hardlink("agnhost-2", "agnhost"), dir("uploads", 0o755),
 		file("localhost.crt", 0o644, in.Agnhost["localhost.crt"]), file("localhost.key", 0o600, in.Agnhost["localhost.key"]),
 	})
@@ -213,7 +219,7 @@ func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
 		file("etc/group", 0o644, []byte(group+"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")),
 		{Path: "home/user-defined-in-image", Type: tar.TypeDir, Mode: 0o755, UID: 1000, GID: 1000},
 	})
-	return &image{Names: []string{e2e + "agnhost:2.56"}, Doc: "agnhost 2.56: the real /agnhost on busybox, with a curl stand-in and bash as busybox sh",
+	return &image{Names: []string{e2e + "agnhost:" + in.AgnhostTag}, Doc: "agnhost " + in.AgnhostTag + ": the real /agnhost on busybox, with a curl stand-in and bash as busybox sh",
 		Layers: with(bin, tools), Format: dockerV2List, Config: ocispec.ImageConfig{
 			Env: []string{pathEnv}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
 			ExposedPorts: map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}}

@@ -43,11 +43,24 @@ var critestImages = []string{
 	"public.ecr.aws/docker/library/busybox:1-musl",
 }
 
-// nodeE2EImages are the names the [NodeConformance] tests of Kubernetes v1.34's
-// test/e2e pull (test/utils/image/manifest.go), by their upstream names; the
-// node conformance run remaps them to the local registry (critest/cluster).
+// nodeE2EImages are the names the [NodeConformance] tests of Kubernetes v1.37.2's
+// test/e2e pull (test/utils/image/manifest.go: Agnhost, BusyBox, GlibcDnsTesting,
+// Nginx, NonRoot, Nonewprivs, Pause; InvalidRegistryImage must fail), by their
+// upstream names; the node conformance run remaps them to the local registry
+// (critest/cluster). agnhost's tag is the fake agnhost.version of fakeInputs.
 var nodeE2EImages = []string{
-	"registry.k8s.io/e2e-test-images/agnhost:2.56",
+	"registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+	"registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+	"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
+	"registry.k8s.io/e2e-test-images/nginx:1.27.0-2",
+	"registry.k8s.io/e2e-test-images/nonroot:1.5",
+	"registry.k8s.io/e2e-test-images/nonewprivs:1.4",
+	"registry.k8s.io/pause:3.10.2",
+}
+
+// nodeE2EImagesV134 are those of Kubernetes v1.34.12 (the skew release), kept so
+// that KUBELET_VERSION=v1.34.12 make node-conformance still finds its images.
+var nodeE2EImagesV134 = []string{
 	"registry.k8s.io/e2e-test-images/busybox:1.37.0-1",
 	"registry.k8s.io/e2e-test-images/nginx:1.14-4",
 	"registry.k8s.io/e2e-test-images/httpd:2.4.38-4",
@@ -58,10 +71,11 @@ var nodeE2EImages = []string{
 
 func fakeInputs() inputs {
 	return inputs{
-		Busybox: []byte("busybox"),
-		Applets: []string{"[", "busybox", "ipcs", "ls", "pgrep", "sh"},
-		Helpers: map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z"), "curl": []byte("c")},
-		Agnhost: map[string][]byte{"agnhost": []byte("agnhost"), "localhost.crt": []byte("crt"), "localhost.key": []byte("key")},
+		Busybox:    []byte("busybox"),
+		Applets:    []string{"[", "busybox", "ipcs", "ls", "pgrep", "sh"},
+		Helpers:    map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z"), "curl": []byte("c")},
+		Agnhost:    map[string][]byte{"agnhost": []byte("agnhost"), "localhost.crt": []byte("crt"), "localhost.key": []byte("key")},
+		AgnhostTag: "2.66.1",
 	}
 }
 
@@ -85,7 +99,7 @@ func renderAll(t *testing.T) (map[string]published, map[string]*image) {
 
 func TestCatalog(t *testing.T) {
 	pubs, byName := renderAll(t)
-	for _, n := range append(critestImages, nodeE2EImages...) {
+	for _, n := range append(append(critestImages, nodeE2EImages...), nodeE2EImagesV134...) {
 		require.Contains(t, pubs, n)
 	}
 
@@ -116,6 +130,7 @@ func TestCatalog(t *testing.T) {
 		"gcr.io/k8s-staging-cri-tools/test-image-user-username-group": "www-data:1004",
 		"gcr.io/k8s-staging-cri-tools/test-image-predefined-group":    "1000",
 		"registry.k8s.io/e2e-test-images/nonroot:1.4":                 "1234",
+		"registry.k8s.io/e2e-test-images/nonroot:1.5":                 "1234",
 	} {
 		var cfg ocispec.Image
 		require.NoError(t, json.Unmarshal(pubs[name].Config.Data, &cfg))
@@ -134,7 +149,7 @@ func TestCatalog(t *testing.T) {
 // and is left out without one.
 func TestAgnhostImage(t *testing.T) {
 	pubs, _ := renderAll(t)
-	const name = "registry.k8s.io/e2e-test-images/agnhost:2.56"
+	const name = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 	var cfg ocispec.Image
 	require.NoError(t, json.Unmarshal(pubs[name].Config.Data, &cfg))
 	require.Equal(t, []string{"/agnhost"}, cfg.Config.Entrypoint)

@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shimd/shimd/critest/k8sversion"
 )
 
 const (
@@ -48,8 +50,8 @@ func main() {
 	force := flag.Bool("force", false, "rebuild and push even if the stamp says the storage is up to date")
 	list := flag.Bool("list", false, "print the images (name, digest, what it is) after building")
 	clean := flag.Bool("clean", false, "empty the storage first (drops names no longer in the set); implies -force")
-	agnhost := flag.String("agnhost", filepath.Join(envOr("SHIMD_TOOLS", defaultTools), "bin", "agnhost"),
-		"the agnhost binary for registry.k8s.io/e2e-test-images/agnhost (hack/tools.sh e2e); the image is left out when it is missing")
+	agnhost := flag.String("agnhost", filepath.Join(k8sversion.BinDir(envOr("SHIMD_TOOLS", defaultTools)), "agnhost"),
+		"the agnhost binary for registry.k8s.io/e2e-test-images/agnhost (hack/tools.sh e2e, of the Kubernetes release KUBELET_VERSION); the image is left out when it is missing")
 	flag.Parse()
 	start := time.Now()
 	logf := func(format string, args ...any) {
@@ -104,7 +106,7 @@ func build(cfg config, logf func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	agnhost, err := readAgnhost(cfg.agnhost)
+	agnhost, agnhostTag, err := readAgnhost(cfg.agnhost)
 	if err != nil {
 		return err
 	}
@@ -114,7 +116,7 @@ func build(cfg config, logf func(string, ...any)) error {
 		for _, n := range sortedKeys(agnhost) {
 			fmt.Fprintf(h, "%s %x\n", n, sha256.Sum256(agnhost[n]))
 		}
-		agnhostKey = fmt.Sprintf("agnhost %x", h.Sum(nil))
+		agnhostKey = fmt.Sprintf("agnhost %s %x", agnhostTag, h.Sum(nil))
 	}
 	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey+"\n"+agnhostKey)
 	if err != nil {
@@ -130,7 +132,7 @@ func build(cfg config, logf func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost}
+	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost, AgnhostTag: agnhostTag}
 	if in.Busybox, err = os.ReadFile(bb); err != nil {
 		return err
 	}
@@ -187,24 +189,33 @@ func build(cfg config, logf func(string, ...any)) error {
 
 // readAgnhost reads the agnhost binary at path and porter's test certificate and
 // key that hack/tools.sh e2e puts beside it (agnhost-porter/localhost.crt, .key),
-// by their paths in the image; nil when there is no agnhost.
-func readAgnhost(path string) (map[string][]byte, error) {
+// by their paths in the image, and its version (agnhost.version, the image's tag);
+// nil when there is no agnhost.
+func readAgnhost(path string) (map[string][]byte, string, error) {
 	bin, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	files := map[string][]byte{"agnhost": bin}
 	for _, n := range []string{"localhost.crt", "localhost.key"} {
 		b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "agnhost-porter", n))
 		if err != nil {
-			return nil, fmt.Errorf("agnhost's test certificate (run hack/tools.sh e2e again): %w", err)
+			return nil, "", fmt.Errorf("agnhost's test certificate (run hack/tools.sh e2e again): %w", err)
 		}
 		files[n] = b
 	}
-	return files, nil
+	v, err := os.ReadFile(filepath.Join(filepath.Dir(path), "agnhost.version"))
+	if err != nil {
+		return nil, "", fmt.Errorf("agnhost's version (run hack/tools.sh e2e again): %w", err)
+	}
+	tag := strings.TrimSpace(string(v))
+	if tag == "" || strings.ContainsAny(tag, " \t\n:/@") {
+		return nil, "", fmt.Errorf("agnhost.version beside %s: %q is not an image tag", path, v)
+	}
+	return files, tag, nil
 }
 
 func sortedKeys(m map[string][]byte) []string {
