@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -136,7 +137,16 @@ func (c *CNI) Setup(ctx context.Context, a Attachment) (res *Result, err error) 
 		// Unavailable, with the plugin's message.
 		return nil, fmt.Errorf("cni add network %s: %w", list.Name, classifyCNI(err))
 	}
-	return parseResult(r)
+	res, err = parseResult(r)
+	if err != nil {
+		return nil, err
+	}
+	// Best effort: neighbours that cached a previous owner of the address learn the
+	// new one (announce.go); a failure leaves the pod as the plugin made it.
+	if err := announce(a.NetNSPath, r); err != nil {
+		log.G(ctx).WithError(err).WithField("sandbox", a.ID).Warn("announce pod addresses")
+	}
+	return res, nil
 }
 
 // Teardown detaches the pod (CNI DEL) with the config it was attached with, kept in

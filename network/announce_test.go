@@ -1,0 +1,38 @@
+package network
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"net"
+	"testing"
+
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/stretchr/testify/require"
+)
+
+// The announcement is the ARP request the kernel's arp_notify sends: sender and
+// target IP the pod's address, target MAC empty.
+func TestARPAnnouncement(t *testing.T) {
+	mac, _ := net.ParseMAC("0a:58:c6:12:00:05")
+	got := arpAnnouncement(mac, net.ParseIP("198.18.0.5"))
+	want := "0001" + "0800" + "06" + "04" + "0001" + "0a58c6120005" + "c6120005" + "000000000000" + "c6120005"
+	require.Equal(t, want, hex.EncodeToString(got))
+	inMemory := binary.NativeEndian.AppendUint16(nil, htons(0x0806))
+	require.Equal(t, []byte{0x08, 0x06}, inMemory, "network byte order in memory")
+}
+
+// A result without an IPv4 address inside the sandbox has nothing to announce and
+// never enters the namespace (which does not exist here).
+func TestAnnounceNothing(t *testing.T) {
+	host, pod := 0, 1
+	_, v6, _ := net.ParseCIDR("fd00::5/64")
+	_, v4, _ := net.ParseCIDR("198.18.0.5/24")
+	res := &types100.Result{CNIVersion: "1.0.0",
+		Interfaces: []*types100.Interface{{Name: "veth1"}, {Name: "eth0", Sandbox: "/run/netns/x"}},
+		IPs: []*types100.IPConfig{
+			{Interface: &pod, Address: *v6},  // IPv6: not announced
+			{Interface: &host, Address: *v4}, // on the host side
+			{Address: *v4},                   // on no interface
+		}}
+	require.NoError(t, announce("/nonexistent/netns", res))
+}
