@@ -44,7 +44,7 @@ const DefaultNodeConformanceParallel = 4
 // /var/tmp/shimd-node-conformance).
 func TestNodeConformance(t *testing.T) {
 	if os.Getenv(nodeConformanceEnv) != "1" {
-		t.Skipf("node conformance takes about 35 minutes: run it with make node-conformance (%s=1)", nodeConformanceEnv)
+		t.Skipf("node conformance takes about 85 minutes: run it with make node-conformance (%s=1)", nodeConformanceEnv)
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("the node conformance run needs root")
