@@ -17,12 +17,20 @@ func (s *Service) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandb
 	if err != nil {
 		return nil, err
 	}
-	// Evented PLEG: the time the statuses were read, and the pod's containers with
-	// it. The clock is read first, so a container event that happens while the
-	// statuses are gathered carries a later time and wins in the kubelet's cache.
-	resp := &runtimeapi.PodSandboxStatusResponse{Timestamp: time.Now().UnixNano()}
+	resp := &runtimeapi.PodSandboxStatusResponse{}
+	if s.opts.EventedPLEGStatus {
+		// Evented PLEG: the time the statuses were read, and the pod's containers
+		// with it. The clock is read first, so a container event that happens while
+		// the statuses are gathered carries a later time and wins in the kubelet's
+		// cache. Off by default: a kubelet v1.37 that gets a timestamp takes
+		// its container statuses from here and leaves its list of the current
+		// sandbox's containers empty, so it never sees an init container finish and
+		// starts it again and again (kubernetes#133371). With timestamp 0 it asks
+		// ContainerStatus for each container and fills that list.
+		resp.Timestamp = time.Now().UnixNano()
+		resp.ContainersStatuses = s.opts.Containers.StatusesOf(sb.ID)
+	}
 	resp.Status = sb.CRIStatus()
-	resp.ContainersStatuses = s.opts.Containers.StatusesOf(sb.ID)
 	if req.GetVerbose() {
 		info := map[string]any{
 			"netNamespacePath": sb.NetNSPath,

@@ -64,6 +64,9 @@ type Options struct {
 	PauseImage string
 	// CgroupDriver is "cgroupfs" or "systemd".
 	CgroupDriver string
+	// EventedPLEGStatus: PodSandboxStatus carries a timestamp and the pod's
+	// container statuses (config key evented_pleg_status).
+	EventedPLEGStatus bool
 	// HandlerNames are the configured runtime handler names, in the order Status
 	// reports them.
 	HandlerNames []string

@@ -37,6 +37,11 @@ type Config struct {
 	// SweepInterval is how often shimd removes what failed cleanups left behind;
 	// zero: never (the default).
 	SweepInterval Duration `toml:"sweep_interval"`
+	// EventedPLEGStatus makes PodSandboxStatus carry a timestamp and the statuses of
+	// the pod's containers (the evented PLEG's one-call pod status). Off by default:
+	// kubelet v1.37 with EventedPLEG on then loses the pod's active container statuses
+	// and runs init containers again and again (kubernetes#133371).
+	EventedPLEGStatus bool `toml:"evented_pleg_status"`
 
 	Containerd ContainerdConfig         `toml:"containerd"`
 	CNI        CNIConfig                `toml:"cni"`

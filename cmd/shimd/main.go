@@ -306,6 +306,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Containerd: cl, Sandboxes: sandboxes, Containers: containers, Stats: collector, Network: cni,
 		Handlers: handlerSet, Node: containers.Node(), HandlerNames: handlers,
 		Version: version, ConfigJSON: cfgJSON, PauseImage: pauseRef, CgroupDriver: cfg.CgroupDriver,
+		EventedPLEGStatus: cfg.EventedPLEGStatus,
 	})
 	// One event monitor for all tasks. A pause process's exit makes its sandbox
 	// NOTREADY before the runtime service publishes it; after a resubscription the

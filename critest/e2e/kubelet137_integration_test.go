@@ -123,15 +123,24 @@ func TestStopSignal(t *testing.T) {
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	require.Contains(t, err.Error(), "config.stop_signal")
 	require.Len(t, listContainers(t, rs), len(before))
+
+	// evented_pleg_status is off by default: the pod's status has no timestamp and
+	// no container statuses (TestPodSandboxStatusCarriesContainers turns it on).
+	resp, err := rs.PodSandboxStatus(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.id})
+	require.NoError(t, err)
+	require.Zero(t, resp.Timestamp)
+	require.Empty(t, resp.ContainersStatuses)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, resp.Status.State)
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
 }
 
-// PodSandboxStatus carries a timestamp and every container's status, so that an
-// evented-PLEG kubelet makes no ContainerStatus call per container.
+// With evented_pleg_status, PodSandboxStatus carries a timestamp and every
+// container's status, so that an evented-PLEG kubelet makes no ContainerStatus call
+// per container. Without it (the default) it carries neither.
 func TestPodSandboxStatusCarriesContainers(t *testing.T) {
 	requireRoot(t)
-	env, _ := imageEnv(t, harness.Options{})
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{ExtraConfig: "evented_pleg_status = true\n"}})
 	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
 	p := newPod(t, rs, "pleg")

@@ -24,9 +24,10 @@ import (
 // CRI features on, pods that use each of them: a hostUsers: false pod with procMount
 // Unmasked beside a Default container, an image volume and an emptyDir with bind
 // mount options in it; a hostNetwork + hostUsers: false pod; a container that stops
-// by its lifecycle stop signal. With EventedPLEG on, the kubelet reads container
-// statuses from PodSandboxStatus: shimd's request counter shows no ContainerStatus
-// call while the pods run.
+// by its lifecycle stop signal. With EventedPLEG on and shimd's evented_pleg_status
+// (no pod here has an init container: see docs/operating.md), the kubelet reads
+// container statuses from PodSandboxStatus: shimd's request counter shows fewer
+// ContainerStatus than PodSandboxStatus calls while the pods run.
 func TestKubelet137Features(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the kubelet e2e test needs root")
@@ -40,7 +41,7 @@ func TestKubelet137Features(t *testing.T) {
 	reg.WriteHermeticHostsDir(t, hosts)
 	metricsSock := filepath.Join(base, "metrics.sock")
 	env := harness.New(t, harness.Options{
-		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n[metrics]\naddress = %q\n", hosts, metricsSock)},
+		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("evented_pleg_status = true\n[registry]\nconfig_path = %q\n[metrics]\naddress = %q\n", hosts, metricsSock)},
 		LeakTimeout: time.Minute,
 	})
 	if env.Containerd.MajorVersion() < 2 {

@@ -40,7 +40,9 @@ func TestKubelet(t *testing.T) { runKubelet(t, nil) }
 // TestKubeletBetaFeatures runs the same steps with feature gates the kubelet has
 // off by default, or had in v1.34: the evented PLEG (alpha, off in v1.37), which
 // learns of container changes from GetContainerEvents instead of relisting, and
-// image volumes (GA and always on since v1.36), with one more pod.
+// image volumes (GA and always on since v1.36), with one more pod. Pod share's init
+// container guards shimd's default evented_pleg_status = false: with a pod status
+// timestamp, kubelet v1.37.2 reruns it forever (docs/operating.md).
 func TestKubeletBetaFeatures(t *testing.T) {
 	s := runKubelet(t, map[string]bool{"EventedPLEG": true, "ImageVolume": true})
 	if s == nil || t.Failed() {
