@@ -12,6 +12,9 @@
 #                            ginkgo CLI of e2e.test's ginkgo, $KUBELET_VERSION (make
 #                            node-conformance; about 15 minutes and 4 GB of memory the first time)
 #   hack/tools.sh runsc      gVisor's runsc and containerd-shim-runsc-v1 (the runsc runtime handler)
+#   hack/tools.sh criu       CRIU 4.1.1 (checkpoint/restore), built from Debian trixie's
+#                            source tarball into $SHIMD_TOOLS/criu-4.1.1, linked as
+#                            bin/criu and /usr/local/sbin/criu (about a minute)
 #   hack/tools.sh all        all of the above but runsc (over 3 minutes: built by make critest-runsc)
 # Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
 # KUBELET_VERSION (default v1.37.2) picks the Kubernetes release; its binaries go to a
@@ -29,6 +32,9 @@ GINKGO_VERSION=${GINKGO_VERSION:-v2.28.1}
 KUBELET_VERSION=${KUBELET_VERSION:-v1.37.2}
 # gVisor publishes no semver tags on the module proxy: a pseudo-version of its go branch.
 GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
+# CRIU: the upstream release and the Debian source package (trixie's) it is built from.
+CRIU_VERSION=${CRIU_VERSION:-4.1.1}
+CRIU_DEBIAN_VERSION=${CRIU_DEBIAN_VERSION:-$CRIU_VERSION-1}
 # Empty: the etcd version Kubernetes $KUBELET_VERSION's go.mod requires.
 ETCD_VERSION=${ETCD_VERSION:-}
 # One directory per Kubernetes release: the kubelet, the control plane, kubectl, etcd,
@@ -52,14 +58,20 @@ log() { echo "tools: $*" >&2; }
 # for nothing (kubectl, runc and etcd print several lines).
 printed() { "$@" 2>/dev/null || true; }
 
+# missing_debs package...: those of the packages that are not installed.
+missing_debs() {
+	local p
+	for p in "$@"; do
+		grep -q 'ok installed' <<<"$(printed dpkg-query -W -f='${Status}' "$p")" || echo "$p"
+	done
+}
+
 debs() {
 	local want=(containerd runc containernetworking-plugins iptables iproute2 busybox-static
 		docker-registry skopeo umoci libseccomp-dev pkg-config apache2-utils
 		systemd) # systemd: only systemd-analyze, to verify shimd's units; nothing runs it as PID 1
-	local missing=()
-	for p in "${want[@]}"; do
-		grep -q 'ok installed' <<<"$(printed dpkg-query -W -f='${Status}' "$p")" || missing+=("$p")
-	done
+	local missing
+	mapfile -t missing < <(missing_debs "${want[@]}")
 	[ ${#missing[@]} -eq 0 ] && return 0
 	log "apt-get install ${missing[*]}"
 	apt-get update -qq
@@ -273,6 +285,79 @@ runsc_bins() {
 	rm -rf "$d"
 }
 
+# CRIU $CRIU_VERSION, for checkpoint/restore: runc checkpoint and runc restore run the
+# criu they find on PATH. Debian 12's criu 3.17 fails on kernels from 6.13 ("vdso:
+# Unexpected rt vDSO area bounds") and trixie's binary package needs trixie's libc, so
+# criu is built from trixie's source tarball (apt checks its hash) against bookworm's
+# libraries. The deb-src entry for trixie is there for the download only: it is removed
+# again, also when something fails, and apt's lists are updated without it. The binary
+# is kept in $TOOLS/criu-$CRIU_VERSION and linked as $BIN/criu (first on the PATH the
+# harness gives containerd and so its shims and runc) and as /usr/local/sbin/criu (ahead
+# of Debian's /usr/sbin on root's PATH).
+CRIU_BUILD_DEPS=(gcc make pkg-config xz-utils libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler
+	protobuf-compiler python3-protobuf libnl-3-dev libcap-dev uuid-dev libnet1-dev libbsd-dev
+	libgnutls28-dev libnftables-dev)
+criu_bin() {
+	local dir=$TOOLS/criu-$CRIU_VERSION l
+	local exe=$dir/sbin/criu
+	if ! [ -x "$exe" ] || ! grep -qxF "Version: $CRIU_VERSION" <<<"$(printed "$exe" --version)"; then
+		criu_build "$dir"
+	fi
+	for l in "$BIN/criu" /usr/local/sbin/criu; do
+		[ "$(readlink "$l" 2>/dev/null)" = "$exe" ] && continue
+		log "linking $l -> $exe"
+		mkdir -p "$(dirname "$l")"
+		ln -sfn "$exe" "$l"
+	done
+}
+
+criu_build() { # install-dir
+	local dir=$1
+	log "building CRIU $CRIU_VERSION from Debian trixie's source package criu $CRIU_DEBIAN_VERSION (about a minute)"
+	(
+		# The archive the machine's bookworm packages come from.
+		uri=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(TARGET_OF)' |
+			awk '$2 == "bookworm" && $3 == "deb" { print $1; exit }')
+		uri=${uri:-http://deb.debian.org/debian/}
+		src=/etc/apt/sources.list.d/shimd-criu-trixie-src.sources
+		d=$(mktemp -d)
+		trap 'exit 1' INT TERM HUP
+		trap 'rm -f "$src"; log "removed $src, apt-get update"; apt-get update -qq || log "apt-get update failed"; rm -rf "$d"' EXIT
+		log "adding $src ($uri trixie), apt-get update"
+		printf '%s\n' "# Added by shimd's hack/tools.sh criu for the download of criu's source; removed after it." \
+			"Types: deb-src" "URIs: ${uri%/}" "Suites: trixie" "Components: main" \
+			"Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$src"
+		apt-get update -qq
+		mapfile -t missing < <(missing_debs "${CRIU_BUILD_DEPS[@]}")
+		if [ ${#missing[@]} -gt 0 ]; then
+			log "apt-get install ${missing[*]}"
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		fi
+		cd "$d"
+		# apt downloads as _apt, which may not write to root's mktemp directory.
+		chown _apt "$d" 2>/dev/null || true
+		apt-get source -qq --download-only --tar-only "criu=$CRIU_DEBIAN_VERSION" >/dev/null
+		tar xf criu_"$CRIU_VERSION".orig.tar.*
+		cd "criu-$CRIU_VERSION"
+		if ! nice make -j2 criu >"$d/build.log" 2>&1; then
+			tail -n 40 "$d/build.log" >&2
+			exit 1
+		fi
+		rm -rf "$dir.new"
+		if ! make install-criu PREFIX="$dir.new" >>"$d/build.log" 2>&1; then
+			tail -n 40 "$d/build.log" >&2
+			exit 1
+		fi
+		grep -qxF "Version: $CRIU_VERSION" <<<"$(printed "$dir.new/sbin/criu" --version)" || {
+			log "the criu built says: $(printed "$dir.new/sbin/criu" --version)"
+			exit 1
+		}
+		rm -rf "$dir"
+		mv "$dir.new" "$dir"
+		log "installed $dir/sbin/criu"
+	)
+}
+
 case "${1:-all}" in
 debs) debs ;;
 containerd) containerd_bins ;;
@@ -280,8 +365,9 @@ runc) runc_bin ;;
 critools) critools ;;
 kubelet) kube_bins kubelet ;;
 runsc) runsc_bins ;;
+criu) criu_bin ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 e2e) e2e_bins ;;
-all) debs; containerd_bins; runc_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
-*) echo "usage: $0 debs|containerd|runc|critools|kubelet|runsc|cluster|e2e|all" >&2; exit 2 ;;
+all) debs; containerd_bins; runc_bin; criu_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
+*) echo "usage: $0 debs|containerd|runc|critools|kubelet|runsc|criu|cluster|e2e|all" >&2; exit 2 ;;
 esac
