@@ -66,6 +66,9 @@ type Container struct {
 	// asked then).
 	rootfs     []mount.Mount
 	rootfsKept bool
+	// restore is the checkpoint a container is created from, during its
+	// CreateContainer only (restore.go).
+	restore *checkpointSource
 }
 
 func (c *Container) setRootfs(m []mount.Mount) {

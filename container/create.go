@@ -3,11 +3,13 @@ package container
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -64,13 +66,38 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 			s.containers.release(name)
 		}
 	}()
-	img, err := s.opts.Images.Find(ctx, cfg.GetImage().GetImage())
+	imageName := cfg.GetImage().GetImage()
+	var restore *checkpointSource
+	if isCheckpointArchive(imageName) {
+		// A checkpoint archive (restore.go): the container runs the checkpointed
+		// image with its writable layer, and StartContainer restores its processes.
+		if sb.UserNamespace() != nil {
+			return nil, fmt.Errorf("restoring a checkpoint into a pod with its own user namespace is not supported: %w", errdefs.ErrFailedPrecondition)
+		}
+		if err := s.criu.check(ctx); err != nil {
+			return nil, err
+		}
+		if restore, err = s.openCheckpoint(ctx, imageName); err != nil {
+			return nil, err
+		}
+		defer restore.close()
+		imageName = restore.config.RootfsImageName
+	}
+	var img *image.Image
+	if restore != nil {
+		img, imageName, err = s.checkpointImage(ctx, restore)
+	} else {
+		img, err = s.opts.Images.Find(ctx, imageName)
+	}
 	if err != nil {
 		return nil, err
 	}
 	rt, err := s.opts.Handlers.Get(sb.RuntimeHandler)
 	if err != nil {
 		return nil, err
+	}
+	if _, isRunc := rt.Options.(*options.Options); restore != nil && !isRunc {
+		return nil, fmt.Errorf("restoring a checkpoint needs a runc runtime handler, not %q: %w", rt.Type, errdefs.ErrFailedPrecondition)
 	}
 	logPath, err := containerLogPath(sb.Config.GetLogDirectory(), cfg.GetLogPath())
 	if err != nil {
@@ -85,9 +112,9 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	defer s.creating.Delete(id)
 	c := &Container{
 		ID: id, statusDir: s.dirs.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
-		ImageName: cfg.GetImage().GetImage(), ImageRef: imageRef(img), LogPath: logPath,
+		ImageName: imageName, ImageRef: imageRef(img), LogPath: logPath,
 		CreatedAt: time.Now(), Snapshotter: rt.Snapshotter, StopSignal: stopSig,
-		exited: make(chan struct{}),
+		exited: make(chan struct{}), restore: restore,
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID).WithField("sandbox", sb.ID))
 	cctx, cancel := s.detachedContext(ctx)
@@ -137,7 +164,7 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	// is also made first when paths of the request are to be checked in it.
 	db := s.userDBs.get(parent)
 	var mounts []mount.Mount
-	prepared := db == nil || s.mayNeedRootfs(parent, c.Config)
+	prepared := db == nil || s.mayNeedRootfs(parent, c.Config) || c.restore != nil
 	if prepared {
 		// The layer has to exist before the record that names it: a lease keeps it
 		// from containerd's garbage collector until then.
@@ -180,6 +207,17 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	}
 	if err := s.checkTreePaths(ctx, parent, c.Config, ociSpec, mounts); err != nil {
 		return err
+	}
+	if c.restore != nil {
+		if err := s.applyCheckpoint(ctx, c, mounts); err != nil {
+			return err
+		}
+		defer func() {
+			if retErr != nil {
+				os.RemoveAll(s.dirs.containerDir(c.ID))
+			}
+		}()
+		st.done("checkpoint")
 	}
 	st.done("volumes+spec")
 	opts := []client.NewContainerOpts{

@@ -113,6 +113,7 @@ type Manager struct {
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	creating   sync.Map       // ids of containers whose CreateContainer is in progress
 	userDBs    userDBCache    // images' /etc/passwd and /etc/group, by chain id
+	criu       *criuChecker   // whether CRIU can checkpoint and restore
 	treesOK    treeCache      // paths of requests found sound in images, by chain id
 	// unknownBefore are the containerd containers the last SweepOrphans found
 	// unknown (only SweepOrphans, one at a time, uses it).
@@ -135,6 +136,7 @@ func New(opts Options) *Manager {
 	s.events = &Events{m: s}
 	s.exits = &Exits{m: s}
 	s.dirs = dirs{root: opts.RootDir, state: opts.StateDir}
+	s.criu = newCRIUChecker()
 	s.volumes = &imageVolumes{m: s}
 	s.cdi = cdiInjector{registry: opts.CDI}
 	return s

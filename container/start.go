@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -89,10 +90,17 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 		}
 		return err
 	}
+	taskOpts, restoreDir, err := s.restoreOptions(ctx, c)
+	if err != nil {
+		if logf != nil {
+			logf.Close()
+		}
+		return err
+	}
 	st.done("load+log")
 	var cio *containerIO
 	ts := s.ctrd.TaskService()
-	if _, _, err := ctrd.NewTask(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio)); err != nil {
+	if _, _, err := ctrd.NewTaskWithOptions(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio), taskOpts); err != nil {
 		if cio != nil {
 			cio.close()
 		} else if logf != nil {
@@ -113,9 +121,19 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	startedAt := time.Now()
 	pid, err := ctrd.StartTask(ctx, ts, c.ID)
 	if err != nil {
+		if restoreDir != "" {
+			return fmt.Errorf("restore from checkpoint: %w (CRIU: %s)", err, criuLogTail(filepath.Join(restoreDir, "restore.log")))
+		}
 		return fmt.Errorf("start task: %w", err)
 	}
 	st.done("task-start")
+	if restoreDir != "" {
+		// Restored: CRIU's images are no longer needed.
+		if err := os.RemoveAll(restoreDir); err != nil {
+			log.G(ctx).WithError(err).Warn("remove the restored checkpoint")
+		}
+		st.done("restored")
+	}
 	defer st.done("status")
 	return c.Update(func(cs *containerStatus) error {
 		cs.Starting = false

@@ -42,6 +42,12 @@ func WithSnapshotKey(snapshotter, key string) client.NewContainerOpts {
 // and its options are the container record's, which containerd reads itself. The
 // returned IO is nil for a creator that makes none; on error it is closed.
 func NewTask(ctx context.Context, ts tasks.TasksClient, id string, rootfs []mount.Mount, ioCreate cio.Creator) (cio.IO, uint32, error) {
+	return NewTaskWithOptions(ctx, ts, id, rootfs, ioCreate, nil)
+}
+
+// NewTaskWithOptions is NewTask with task options, which replace the container's
+// runtime options for this task (a restore from a checkpoint sets CRIU's paths).
+func NewTaskWithOptions(ctx context.Context, ts tasks.TasksClient, id string, rootfs []mount.Mount, ioCreate cio.Creator, opts *anypb.Any) (cio.IO, uint32, error) {
 	io, err := ioCreate(id)
 	if err != nil {
 		return nil, 0, err
@@ -49,7 +55,7 @@ func NewTask(ctx context.Context, ts tasks.TasksClient, id string, rootfs []moun
 	cfg := io.Config()
 	req := &tasks.CreateTaskRequest{
 		ContainerID: id, Terminal: cfg.Terminal,
-		Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr,
+		Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, Options: opts,
 	}
 	for _, m := range rootfs {
 		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})

@@ -1,0 +1,315 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metadata "github.com/checkpoint-restore/checkpointctl/lib"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/pkg/archive"
+	"github.com/containerd/continuity/fs"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// checkpointWorkDirName is the directory, in a container's directory, where one
+// checkpoint is assembled before it is archived; it never outlives the request.
+const checkpointWorkDirName = "checkpoint-work"
+
+// Checkpoint writes a checkpoint archive of a RUNNING container at location and
+// leaves the container running. The archive has the layout containerd's CRI plugin
+// writes, which checkpointctl reads:
+//
+//	checkpoint/       CRIU's images (runc checkpoint --leave-running --image-path)
+//	dump.log          CRIU's log; stats-dump its statistics
+//	config.dump       checkpointctl's ContainerConfig: id, name, the rootfs image
+//	spec.dump         the container's OCI spec
+//	status.dump       the CRI ContainerStatus at the checkpoint
+//	rootfs-diff.tar   the writable layer's changes against the image (plain tar)
+//	container.log     the container's CRI log so far
+//
+// The task is paused from before the dump until the writable layer has been read,
+// so the process state and the files agree, and resumed whatever happens. The archive
+// is written beside location and renamed into place: no partial archive is left.
+// timeout (0: none) bounds the whole call.
+func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout time.Duration) (retErr error) {
+	c, err := s.containers.get(id)
+	if err != nil {
+		return err
+	}
+	if st := c.Status(); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return fmt.Errorf("container %s is %s: only a running container can be checkpointed: %w",
+			id, strings.TrimPrefix(st.State.String(), "CONTAINER_"), errdefs.ErrFailedPrecondition)
+	}
+	if err := s.criu.check(ctx); err != nil {
+		return err
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", id))
+	start := time.Now()
+	work := filepath.Join(s.dirs.containerDir(id), checkpointWorkDirName)
+	// A leftover of a checkpoint cut short by a crash of shimd goes first; RemoveAll
+	// removes a link itself, never what it points to.
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	if err := s.dumpTask(ctx, c, work); err != nil {
+		return err
+	}
+	if err := s.writeCheckpointFiles(ctx, c, work); err != nil {
+		return err
+	}
+	if err := writeArchive(ctx, work, location); err != nil {
+		return err
+	}
+	log.G(ctx).WithField("location", location).WithField("took", time.Since(start).Round(time.Millisecond)).Info("container checkpointed")
+	return nil
+}
+
+// dumpTask pauses the task, has runc dump it with CRIU into work/checkpoint (leaving
+// it running), writes the writable layer's diff, and resumes the task.
+func (s *Manager) dumpTask(ctx context.Context, c *Container, work string) (retErr error) {
+	ts := s.ctrd.TaskService()
+	if _, err := ts.Pause(ctx, &tasksapi.PauseTaskRequest{ContainerID: c.ID}); err != nil {
+		return fmt.Errorf("pause container %s: %w", c.ID, errgrpc.ToNative(err))
+	}
+	defer func() {
+		rctx, cancel := s.detachedContext(ctx)
+		defer cancel()
+		if _, err := ts.Resume(rctx, &tasksapi.ResumeTaskRequest{ContainerID: c.ID}); err != nil {
+			err = errgrpc.ToNative(err)
+			log.G(ctx).WithError(err).Error("resume after checkpoint")
+			if retErr == nil {
+				retErr = fmt.Errorf("resume container %s after its checkpoint: %w", c.ID, err)
+			}
+		}
+	}()
+	opts, err := typeurl.MarshalAnyToProto(&options.CheckpointOptions{
+		Exit:      false,
+		ImagePath: filepath.Join(work, metadata.CheckpointDirectory),
+		WorkPath:  work,
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := ts.Checkpoint(ctx, &tasksapi.CheckpointTaskRequest{ContainerID: c.ID, Options: opts}); err != nil {
+		err = errgrpc.ToNative(err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("checkpoint container %s: %w: %v", c.ID, ctx.Err(), err)
+		}
+		return fmt.Errorf("checkpoint container %s: %v (CRIU: %s)", c.ID, err, criuLogTail(filepath.Join(work, "dump.log")))
+	}
+	f, err := os.OpenFile(filepath.Join(work, metadata.RootFsDiffTar), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := s.rootfsDiff(ctx, c, f); err != nil {
+		return fmt.Errorf("writable layer of container %s: %w", c.ID, err)
+	}
+	return f.Close()
+}
+
+// rootfsDiff writes the changes of the container's writable layer against its image
+// as a tar stream. An overlay layer's changes are its upper directory: only that is
+// walked (as containerd's differ does for overlay upper dirs).
+func (s *Manager) rootfsDiff(ctx context.Context, c *Container, w io.Writer) error {
+	sn := s.ctrd.SnapshotService(c.Snapshotter)
+	upper, err := sn.Mounts(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	info, err := sn.Stat(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	lctx, done, err := s.ctrd.WithLease(ctx)
+	if err != nil {
+		return err
+	}
+	defer done(context.WithoutCancel(lctx))
+	viewKey := fmt.Sprintf("%s-checkpoint-view-%d", c.ID, time.Now().UnixNano())
+	var lower []mount.Mount
+	if info.Parent != "" {
+		if lower, err = sn.View(lctx, viewKey, info.Parent); err != nil {
+			return fmt.Errorf("view of the image's layers: %w", err)
+		}
+		defer func() {
+			if err := sn.Remove(context.WithoutCancel(lctx), viewKey); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).WithError(err).Warn("remove checkpoint view")
+			}
+		}()
+	}
+	withLower := func(fn func(root string) error) error {
+		if len(lower) == 0 {
+			empty, err := os.MkdirTemp("", "shimd-empty-")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(empty)
+			return fn(empty)
+		}
+		return mount.WithReadonlyTempMount(ctx, lower, fn)
+	}
+	if dir := overlayUpperDir(upper); dir != "" {
+		return withLower(func(lowerRoot string) error {
+			cw := archive.NewChangeWriter(w, dir)
+			if err := fs.DiffDirChanges(ctx, lowerRoot, dir, fs.DiffSourceOverlayFS, cw.HandleChange); err != nil {
+				return err
+			}
+			return cw.Close()
+		})
+	}
+	return withLower(func(lowerRoot string) error {
+		return mount.WithReadonlyTempMount(ctx, upper, func(upperRoot string) error {
+			return archive.WriteDiff(ctx, w, lowerRoot, upperRoot)
+		})
+	})
+}
+
+// overlayUpperDir is the upperdir of a single overlay mount, else "".
+func overlayUpperDir(m []mount.Mount) string {
+	if len(m) != 1 || m[0].Type != "overlay" {
+		return ""
+	}
+	for _, o := range m[0].Options {
+		if dir, ok := strings.CutPrefix(o, "upperdir="); ok {
+			return dir
+		}
+	}
+	return ""
+}
+
+// writeCheckpointFiles writes config.dump, spec.dump, status.dump and container.log.
+func (s *Manager) writeCheckpointFiles(ctx context.Context, c *Container, work string) error {
+	status := toContainerStatus(c, c.Status())
+	rec, err := s.ctrd.ContainerService().Get(ctx, c.ID)
+	if err != nil {
+		return fmt.Errorf("containerd container %s: %w", c.ID, err)
+	}
+	config := metadata.ContainerConfig{
+		ID: c.ID, Name: c.Name, RootfsImage: c.ImageName, RootfsImageName: c.ImageName, RootfsImageRef: c.ImageRef,
+		OCIRuntime: rec.Runtime.Name, CreatedTime: c.CreatedAt, CheckpointedAt: time.Now(),
+	}
+	files := map[string]any{metadata.ConfigDumpFile: config, metadata.StatusDumpFile: status}
+	for name, v := range files {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(work, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	if rec.Spec == nil {
+		return fmt.Errorf("containerd container %s has no spec", c.ID)
+	}
+	if err := os.WriteFile(filepath.Join(work, metadata.SpecDumpFile), rec.Spec.GetValue(), 0o600); err != nil {
+		return err
+	}
+	if c.LogPath != "" {
+		if err := copyRegularFile(c.LogPath, filepath.Join(work, "container.log")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("container log: %w", err)
+		}
+	}
+	return nil
+}
+
+// copyRegularFile copies src, which must be a regular file (a link is refused, not
+// followed), to a new file dst.
+func copyRegularFile(src, dst string) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if fi, err := in.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", src)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// writeArchive writes the tar of dir to a temporary file beside location, syncs it
+// and renames it to location.
+func writeArchive(ctx context.Context, dir, location string) (retErr error) {
+	tmp, err := os.CreateTemp(filepath.Dir(location), "."+filepath.Base(location)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("checkpoint archive: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := archive.WriteDiff(ctx, tmp, "", dir); err != nil {
+		return fmt.Errorf("checkpoint archive: %w", err)
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), location); err != nil {
+		return fmt.Errorf("checkpoint archive: %w", err)
+	}
+	return nil
+}
+
+// criuLogTail is the last lines of a CRIU log that say what went wrong.
+func criuLogTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "no log: " + err.Error()
+	}
+	var errs []string
+	for _, l := range strings.Split(string(data), "\n") {
+		// Every dump logs "Can't setup RLIMIT_NOFILE", which is harmless.
+		if (strings.Contains(l, "Error") || strings.Contains(l, "error")) && !strings.Contains(l, "RLIMIT_NOFILE") {
+			errs = append(errs, strings.TrimSpace(l))
+		}
+	}
+	if len(errs) == 0 {
+		return lastLines(data, 3)
+	}
+	if len(errs) > 3 {
+		errs = errs[len(errs)-3:]
+	}
+	return strings.Join(errs, "; ")
+}

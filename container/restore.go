@@ -1,0 +1,193 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	metadata "github.com/checkpoint-restore/checkpointctl/lib"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/pkg/archive"
+	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
+	"github.com/shimd/shimd/image"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// restoreDirName is the directory, in a container's directory, that holds the
+// unpacked checkpoint a CREATED container is restored from at StartContainer. Its
+// checkpoint/ subdirectory is what marks the container as one to restore; it is
+// removed once the container runs.
+const restoreDirName = "restore"
+
+// checkpointSource is a checkpoint archive unpacked for CreateContainer.
+type checkpointSource struct {
+	archive string // the archive's path, as the request gave it
+	dir     string // where it is unpacked (moved into the container's directory)
+	config  *metadata.ContainerConfig
+}
+
+// isCheckpointArchive tells whether CreateContainer's image names a checkpoint
+// archive on the node rather than an image: an absolute path. Image references are
+// never absolute paths.
+func isCheckpointArchive(image string) bool {
+	return strings.HasPrefix(image, "/")
+}
+
+// openCheckpoint unpacks the checkpoint archive at path (a tar, or a gzip'd tar) into
+// a new directory under shimd's root dir and reads its config.dump. The archive is
+// unpacked with containerd's layer applier, which keeps every entry under the
+// directory. A path that is not there is NotFound; a file that is not a checkpoint
+// archive InvalidArgument.
+func (s *Manager) openCheckpoint(ctx context.Context, path string) (_ *checkpointSource, retErr error) {
+	if filepath.Clean(path) != path {
+		return nil, fmt.Errorf("config.image.image: checkpoint archive %q is not a clean path: %w", path, errdefs.ErrInvalidArgument)
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint archive %s: %w", path, errdefs.ErrNotFound)
+	} else if err != nil {
+		return nil, fmt.Errorf("checkpoint archive %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("checkpoint archive %s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
+	}
+	if err := os.MkdirAll(filepath.Join(s.dirs.root, containerDirName), 0o700); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(filepath.Join(s.dirs.root, containerDirName), ".restore-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	r, err := compression.DecompressStream(f)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint archive %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	defer r.Close()
+	if _, err := archive.Apply(ctx, dir, r); err != nil {
+		return nil, fmt.Errorf("checkpoint archive %s cannot be unpacked: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, metadata.CheckpointDirectory)); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a checkpoint archive: it has no %s/ directory: %w", path, metadata.CheckpointDirectory, errdefs.ErrInvalidArgument)
+	}
+	config, _, err := metadata.ReadContainerCheckpointConfigDump(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a checkpoint archive: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	}
+	if config.RootfsImageRef == "" && config.RootfsImageName == "" {
+		return nil, fmt.Errorf("checkpoint archive %s names no image in %s: %w", path, metadata.ConfigDumpFile, errdefs.ErrInvalidArgument)
+	}
+	return &checkpointSource{archive: path, dir: dir, config: config}, nil
+}
+
+// checkpointImage finds the image the checkpointed container ran, by its reference
+// (a digest or an image id) and else by its name, and returns it with the name the
+// restored container reports. Not on the node: NotFound.
+func (s *Manager) checkpointImage(ctx context.Context, cs *checkpointSource) (*image.Image, string, error) {
+	name := cs.config.RootfsImageName
+	for _, ref := range []string{cs.config.RootfsImageRef, name} {
+		if ref == "" {
+			continue
+		}
+		img, err := s.opts.Images.Find(ctx, ref)
+		if err == nil {
+			if name == "" {
+				name = ref
+			}
+			return img, name, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, "", err
+		}
+	}
+	return nil, "", fmt.Errorf("image %s (%s) of checkpoint %s is not on the node: pull it first: %w",
+		name, cs.config.RootfsImageRef, cs.archive, errdefs.ErrNotFound)
+}
+
+// close removes the unpacked checkpoint unless it was moved into a container.
+func (cs *checkpointSource) close() {
+	if cs != nil && cs.dir != "" {
+		os.RemoveAll(cs.dir)
+	}
+}
+
+// applyCheckpoint puts the checkpointed writable layer's changes into the new one
+// and moves the unpacked checkpoint into the container's directory.
+func (s *Manager) applyCheckpoint(ctx context.Context, c *Container, rootfs []mount.Mount) error {
+	cs := c.restore
+	diff := filepath.Join(cs.dir, metadata.RootFsDiffTar)
+	if f, err := os.Open(diff); err == nil {
+		defer f.Close()
+		r, err := compression.DecompressStream(f)
+		if err != nil {
+			return fmt.Errorf("%s of %s: %v: %w", metadata.RootFsDiffTar, cs.archive, err, errdefs.ErrInvalidArgument)
+		}
+		defer r.Close()
+		if err := mount.WithTempMount(ctx, rootfs, func(root string) error {
+			_, err := archive.Apply(ctx, root, r)
+			return err
+		}); err != nil {
+			return fmt.Errorf("apply %s of %s: %w", metadata.RootFsDiffTar, cs.archive, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	dst := filepath.Join(s.dirs.containerDir(c.ID), restoreDirName)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	if err := os.Rename(cs.dir, dst); err != nil {
+		return err
+	}
+	cs.dir = ""
+	log.G(ctx).WithField("archive", cs.archive).Info("container to be restored from a checkpoint")
+	return nil
+}
+
+// restoreOptions returns, for a container created from a checkpoint, the task
+// options that make runc restore it at start (the handler's runc options with CRIU's
+// image and work paths), and the directory to remove once it runs; nil and "" for
+// any other container.
+func (s *Manager) restoreOptions(ctx context.Context, c *Container) (*anypb.Any, string, error) {
+	dir := filepath.Join(s.dirs.containerDir(c.ID), restoreDirName)
+	if _, err := os.Lstat(filepath.Join(dir, metadata.CheckpointDirectory)); err != nil {
+		return nil, "", nil
+	}
+	if err := s.criu.check(ctx); err != nil {
+		return nil, "", err
+	}
+	sb, err := s.opts.Pods.Pod(c.SandboxID)
+	if err != nil {
+		return nil, "", err
+	}
+	rt, err := s.opts.Handlers.Get(sb.RuntimeHandler)
+	if err != nil {
+		return nil, "", err
+	}
+	ro, ok := rt.Options.(*options.Options)
+	if !ok {
+		return nil, "", fmt.Errorf("container %s is to be restored from a checkpoint, which needs a runc handler, not %q: %w",
+			c.ID, rt.Type, errdefs.ErrFailedPrecondition)
+	}
+	o := proto.Clone(ro).(*options.Options)
+	o.CriuImagePath = filepath.Join(dir, metadata.CheckpointDirectory)
+	o.CriuWorkPath = dir
+	a, err := typeurl.MarshalAnyToProto(o)
+	if err != nil {
+		return nil, "", err
+	}
+	return a, dir, nil
+}

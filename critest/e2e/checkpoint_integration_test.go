@@ -1,0 +1,223 @@
+//go:build integration
+
+package e2e
+
+import (
+	"archive/tar"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// counterScript counts in a shell variable, one number a tenth of a second, to
+// stdout and into /count in the writable layer: after a restore it goes on from
+// where it was, which only a restored process can.
+const counterScript = `i=0; while true; do i=$((i+1)); echo "n=$i"; echo $i > /count; sleep 0.1; done`
+
+func requireCRIU(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("criu", "check").CombinedOutput()
+	if err != nil {
+		t.Skipf("criu check: %v: %s (hack/tools.sh criu builds CRIU 4.1.1)", err, out)
+	}
+}
+
+// counts are the numbers of the "n=N" lines of a container log, in order.
+func counts(t *testing.T, path string) []int {
+	t.Helper()
+	var ns []int
+	for _, l := range strings.Split(readFile(t, path), "\n") {
+		if i := strings.Index(l, "n="); i >= 0 {
+			if v, err := strconv.Atoi(strings.TrimSpace(l[i+2:])); err == nil {
+				ns = append(ns, v)
+			}
+		}
+	}
+	return ns
+}
+
+// lastCount is the last count of a container log, -1 if none.
+func lastCount(t *testing.T, path string) int {
+	if ns := counts(t, path); len(ns) > 0 {
+		return ns[len(ns)-1]
+	}
+	return -1
+}
+
+// tarNames lists the entries of a tar file (or of a tar inside it, by name).
+func tarNames(t *testing.T, r io.Reader) map[string][]byte {
+	t.Helper()
+	names := map[string][]byte{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		require.NoError(t, err)
+		var data []byte
+		if h.Typeflag == tar.TypeReg && h.Size < 1<<20 && !strings.Contains(h.Name, "checkpoint/") {
+			data, err = io.ReadAll(tr)
+			require.NoError(t, err)
+		}
+		names[strings.TrimPrefix(h.Name, "./")] = data
+	}
+}
+
+// CheckpointContainer writes an archive in containerd's layout and leaves the
+// container running; CreateContainer from that archive in another pod restores the
+// process, which counts on from where it was, with its writable layer.
+func TestCheckpointRestoreContainer(t *testing.T) {
+	requireRoot(t)
+	requireCRIU(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, "cp-source")
+	id := p.run(p.container("counter", "sh", "-c", counterScript))
+	logPath := filepath.Join(p.logDir, "counter.log")
+	waitLog(t, logPath, "n=20\n")
+
+	dir := t.TempDir()
+	location := filepath.Join(dir, "counter.tar")
+	start := time.Now()
+	_, err := rs.CheckpointContainer(ctxT(t, 2*time.Minute), &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: location, Timeout: 60})
+	require.NoError(t, err)
+	t.Logf("checkpoint of a busybox counter: %s", time.Since(start).Round(time.Millisecond))
+	atCheckpoint := lastCount(t, logPath)
+
+	// Still running, still counting.
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	waitLog(t, logPath, "n="+strconv.Itoa(atCheckpoint+5)+"\n")
+
+	f, err := os.Open(location)
+	require.NoError(t, err)
+	entries := tarNames(t, f)
+	f.Close()
+	for _, name := range []string{"checkpoint/", "config.dump", "spec.dump", "status.dump", "rootfs-diff.tar", "container.log", "dump.log"} {
+		found := false
+		for e := range entries {
+			if e == name || strings.HasPrefix(e, name) {
+				found = true
+			}
+		}
+		require.True(t, found, "archive lacks %s; has %v", name, entries)
+	}
+	require.Contains(t, string(entries["config.dump"]), `"rootfsImageName":"`+busyboxImage+`"`)
+	diff := tarNames(t, strings.NewReader(string(entries["rootfs-diff.tar"])))
+	require.Contains(t, diff, "count", "the writable layer's /count is not in rootfs-diff.tar: %v", diff)
+	// The layer is read while the task is paused: /count is the process's count then.
+	counted, err := strconv.Atoi(strings.TrimSpace(string(diff["count"])))
+	require.NoError(t, err)
+	require.LessOrEqual(t, counted, atCheckpoint)
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, left, 1, "the checkpoint left files beside the archive: %v", left)
+
+	// Restore into another pod: the count goes on from the checkpoint's.
+	p2 := newPod(t, rs, "cp-target")
+	cfg := p2.container("counter", "sh", "-c", counterScript)
+	cfg.Image = &runtimeapi.ImageSpec{Image: location}
+	restored := p2.create(cfg)
+	st := containerStatus(t, rs, restored)
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_CREATED, st.State)
+	require.Equal(t, busyboxImage, st.Image.GetUserSpecifiedImage(), "a restored container reports the checkpointed image")
+	start = time.Now()
+	p2.start(restored)
+	t.Logf("restore (start) of the busybox counter: %s", time.Since(start).Round(time.Millisecond))
+	restoredLog := filepath.Join(p2.logDir, "counter.log")
+	deadline := time.Now().Add(30 * time.Second)
+	for lastCount(t, restoredLog) < counted+3 {
+		require.True(t, time.Now().Before(deadline), "the restored counter did not go on; log:\n%s", readFile(t, restoredLog))
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The loop prints n=i, then writes i to /count: paused between the two, /count
+	// is one behind what was printed. Either way the restored process prints the
+	// count after the checkpoint's next.
+	first := counts(t, restoredLog)[0]
+	t.Logf("/count %d at the checkpoint, %d printed after it; the restored counter printed n=%d first", counted, atCheckpoint, first)
+	require.Contains(t, []int{counted + 1, counted + 2}, first, "the restored counter did not go on from the checkpoint's %d", counted)
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, restored).State)
+	// Its writable layer is the checkpoint's: /count is there at once, and counting.
+	out, err := execSync(t, rs, restored, 10, "cat", "/count")
+	require.NoError(t, err)
+	n, err := strconv.Atoi(strings.TrimSpace(string(out.Stdout)))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, atCheckpoint)
+	// The original runs on beside it, and crictl checkpoints it as a user would.
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	byCrictl := filepath.Join(dir, "crictl.tar")
+	out2, err := env.Shimd.Crictl(t, "checkpoint", "--export="+byCrictl, id)
+	require.NoError(t, err, "crictl checkpoint: %s", out2)
+	fi, err := os.Stat(byCrictl)
+	require.NoError(t, err)
+	t.Logf("crictl checkpoint --export: %q, %d bytes", strings.TrimSpace(out2), fi.Size())
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+
+	stopRemove(t, rs, p2.id)
+	stopRemove(t, rs, p.id)
+	env.CheckNoLeaks(t)
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(data)
+}
+
+// Bad checkpoint and restore requests get clear codes and leave nothing behind.
+func TestCheckpointRestoreRefusals(t *testing.T) {
+	requireRoot(t)
+	requireCRIU(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, "cp-refusals")
+	created := p.create(p.container("created", "sleep", "3600"))
+	dir := t.TempDir()
+	ctx := ctxT(t, time.Minute)
+	code := func(err error) codes.Code { return status.Code(err) }
+
+	_, err := rs.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: "nope", Location: filepath.Join(dir, "a.tar")})
+	require.Equal(t, codes.NotFound, code(err), "%v", err)
+	_, err = rs.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: created, Location: filepath.Join(dir, "a.tar")})
+	require.Equal(t, codes.FailedPrecondition, code(err), "%v", err)
+	require.Contains(t, err.Error(), "only a running container")
+	for _, loc := range []string{"", "a.tar", dir + "/../x/a.tar", dir + "/missing/a.tar", dir} {
+		_, err = rs.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: created, Location: loc})
+		require.Equal(t, codes.InvalidArgument, code(err), "location %q: %v", loc, err)
+	}
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left)
+
+	before := listContainers(t, rs)
+	notArchive := filepath.Join(dir, "not-a-checkpoint.tar")
+	require.NoError(t, os.WriteFile(notArchive, []byte("hello"), 0o600))
+	for image, want := range map[string]codes.Code{
+		filepath.Join(dir, "missing.tar"): codes.NotFound,
+		notArchive:                        codes.InvalidArgument,
+		dir:                               codes.InvalidArgument,
+	} {
+		cfg := p.container("restored", "sleep", "3600")
+		cfg.Image = &runtimeapi.ImageSpec{Image: image}
+		_, err := rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: p.id, Config: cfg, SandboxConfig: p.cfg})
+		require.Equal(t, want, code(err), "image %s: %v", image, err)
+	}
+	require.Len(t, listContainers(t, rs), len(before), "a refused restore left a container")
+	stopRemove(t, rs, p.id)
+	env.CheckNoLeaks(t)
+}
