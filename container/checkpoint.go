@@ -44,8 +44,13 @@ const checkpointWorkDirName = "checkpoint-work"
 // The task is paused from before the dump until the writable layer has been read,
 // so the process state and the files agree, and resumed whatever happens. The archive
 // is written beside location and renamed into place: no partial archive is left.
-// timeout (0: none) bounds the whole call.
-func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout time.Duration) (retErr error) {
+//
+// timeout (0: none) and the caller's context bound the call, not the dump: CRIU
+// killed in the middle of a dump would leave the process seized or with CRIU's
+// parasite in it. A caller that gives up gets its error at once; the dump goes on,
+// its result is thrown away, and the task is resumed when it ends (within
+// maxCheckpointTime). One checkpoint of a container runs at a time.
+func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout time.Duration) error {
 	c, err := s.containers.get(id)
 	if err != nil {
 		return err
@@ -57,14 +62,39 @@ func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if err := s.criu.check(ctx); err != nil {
 		return err
 	}
+	if !c.checkpointing.CompareAndSwap(false, true) {
+		return fmt.Errorf("a checkpoint of container %s is in progress: %w", id, errdefs.ErrFailedPrecondition)
+	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", id))
+	done := make(chan error, 1)
+	go func() {
+		defer c.checkpointing.Store(false)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCheckpointTime)
+		defer cancel()
+		done <- s.checkpoint(dctx, ctx, c, location)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		log.G(ctx).WithError(ctx.Err()).Warn("checkpoint given up by its caller: the dump goes on and is thrown away")
+		return fmt.Errorf("checkpoint of container %s: %w (the dump is thrown away when it ends; the container runs on)", id, ctx.Err())
+	}
+}
+
+// maxCheckpointTime bounds a dump whose caller has gone.
+const maxCheckpointTime = 30 * time.Minute
+
+// checkpoint does the work of Checkpoint under ctx; the archive is only put in
+// place while caller still waits.
+func (s *Manager) checkpoint(ctx, caller context.Context, c *Container, location string) error {
 	start := time.Now()
-	work := filepath.Join(s.dirs.containerDir(id), checkpointWorkDirName)
+	work := filepath.Join(s.dirs.containerDir(c.ID), checkpointWorkDirName)
 	// A leftover of a checkpoint cut short by a crash of shimd goes first; RemoveAll
 	// removes a link itself, never what it points to.
 	if err := os.RemoveAll(work); err != nil {
@@ -81,7 +111,7 @@ func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if err := s.writeCheckpointFiles(ctx, c, work); err != nil {
 		return err
 	}
-	if err := writeArchive(ctx, work, location); err != nil {
+	if err := writeArchive(ctx, caller, work, location); err != nil {
 		return err
 	}
 	log.G(ctx).WithField("location", location).WithField("took", time.Since(start).Round(time.Millisecond)).Info("container checkpointed")
@@ -262,8 +292,8 @@ func copyRegularFile(src, dst string) error {
 }
 
 // writeArchive writes the tar of dir to a temporary file beside location, syncs it
-// and renames it to location.
-func writeArchive(ctx context.Context, dir, location string) (retErr error) {
+// and renames it to location, unless caller has given up by then.
+func writeArchive(ctx, caller context.Context, dir, location string) (retErr error) {
 	tmp, err := os.CreateTemp(filepath.Dir(location), "."+filepath.Base(location)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("checkpoint archive: %w", err)
@@ -284,6 +314,9 @@ func writeArchive(ctx context.Context, dir, location string) (retErr error) {
 		return err
 	}
 	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := caller.Err(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp.Name(), location); err != nil {

@@ -3,6 +3,7 @@ package container
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -69,6 +70,8 @@ type Container struct {
 	// restore is the checkpoint a container is created from, during its
 	// CreateContainer only (restore.go).
 	restore *checkpointSource
+	// checkpointing is set while a checkpoint of the container runs (checkpoint.go).
+	checkpointing atomic.Bool
 }
 
 func (c *Container) setRootfs(m []mount.Mount) {

@@ -221,3 +221,51 @@ func TestCheckpointRestoreRefusals(t *testing.T) {
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
 }
+
+// A checkpoint whose timeout ends before the dump gets DeadlineExceeded at once; the
+// dump goes on, is thrown away, and the container runs on. No archive appears; a
+// second checkpoint waits its turn (FailedPrecondition while the first dumps) and
+// then succeeds.
+func TestCheckpointTimeout(t *testing.T) {
+	requireRoot(t)
+	requireCRIU(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, "cp-timeout")
+	// 256 MiB of touched memory: its dump takes longer than the 1 s timeout.
+	id := p.run(p.container("hog", "awk", `BEGIN { s = sprintf("%268435456s", ""); print "ready"; fflush(); while (1) system("sleep 1") }`))
+	waitLog(t, filepath.Join(p.logDir, "hog.log"), "ready")
+	dir := t.TempDir()
+	location := filepath.Join(dir, "hog.tar")
+	start := time.Now()
+	_, err := rs.CheckpointContainer(ctxT(t, time.Minute), &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: location, Timeout: 1})
+	took := time.Since(start)
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	require.Less(t, took, 5*time.Second, "the caller waited for the dump")
+	t.Logf("timeout 1 s: %s after %s", err, took.Round(time.Millisecond))
+
+	var second time.Duration
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		start := time.Now()
+		_, err = rs.CheckpointContainer(ctxT(t, 2*time.Minute), &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: location, Timeout: 120})
+		if status.Code(err) != codes.FailedPrecondition {
+			second = time.Since(start)
+			break
+		}
+		require.Contains(t, err.Error(), "in progress")
+		require.True(t, time.Now().Before(deadline), "the thrown-away dump never ended")
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	t.Logf("second checkpoint of 256 MiB: %s", second.Round(time.Millisecond))
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, left, 1, "files beside the archive: %v", left)
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	_, err = execSync(t, rs, id, 10, "true")
+	require.NoError(t, err, "the container does not run on after its checkpoints")
+	stopRemove(t, rs, p.id)
+	env.CheckNoLeaks(t)
+}
