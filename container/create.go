@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -66,39 +65,15 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 			s.containers.release(name)
 		}
 	}()
-	imageName := cfg.GetImage().GetImage()
-	var restore *checkpointSource
-	if isCheckpointArchive(imageName) {
-		// A checkpoint archive (restore.go): the container runs the checkpointed
-		// image with its writable layer, and StartContainer restores its processes.
-		if sb.UserNamespace() != nil {
-			return nil, fmt.Errorf("restoring a checkpoint into a pod with its own user namespace is not supported: %w", errdefs.ErrFailedPrecondition)
-		}
-		if err := s.criu.check(ctx); err != nil {
-			return nil, err
-		}
-		if restore, err = s.openCheckpoint(ctx, imageName); err != nil {
-			return nil, err
-		}
-		defer restore.close()
-		imageName = restore.config.RootfsImageName
-	}
-	var img *image.Image
-	if restore != nil {
-		img, imageName, err = s.checkpointImage(ctx, restore)
-	} else {
-		img, err = s.opts.Images.Find(ctx, imageName)
-	}
-	if err != nil {
-		return nil, err
-	}
 	rt, err := s.opts.Handlers.Get(sb.RuntimeHandler)
 	if err != nil {
 		return nil, err
 	}
-	if _, isRunc := rt.Options.(*options.Options); restore != nil && !isRunc {
-		return nil, fmt.Errorf("restoring a checkpoint needs a runc runtime handler, not %q: %w", rt.Type, errdefs.ErrFailedPrecondition)
+	img, imageName, restore, err := s.createImage(ctx, sb, rt, cfg.GetImage().GetImage())
+	if err != nil {
+		return nil, err
 	}
+	defer restore.close()
 	logPath, err := containerLogPath(sb.Config.GetLogDirectory(), cfg.GetLogPath())
 	if err != nil {
 		return nil, err

@@ -7,16 +7,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	metadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/containerd/continuity/fs"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
+	"github.com/opencontainers/image-spec/identity"
 	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/pod"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -60,10 +64,7 @@ func (s *Manager) openCheckpoint(ctx context.Context, path string) (_ *checkpoin
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("checkpoint archive %s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
 	}
-	if err := os.MkdirAll(filepath.Join(s.dirs.root, containerDirName), 0o700); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(filepath.Join(s.dirs.root, containerDirName), ".restore-")
+	dir, err := s.newRestoreDir()
 	if err != nil {
 		return nil, err
 	}
@@ -80,17 +81,116 @@ func (s *Manager) openCheckpoint(ctx context.Context, path string) (_ *checkpoin
 	if _, err := archive.Apply(ctx, dir, r); err != nil {
 		return nil, fmt.Errorf("checkpoint archive %s cannot be unpacked: %v: %w", path, err, errdefs.ErrInvalidArgument)
 	}
+	return readCheckpoint(path, dir)
+}
+
+// newRestoreDir makes a directory to unpack a checkpoint into, beside the
+// containers' directories (a rename moves it into one).
+func (s *Manager) newRestoreDir() (string, error) {
+	if err := os.MkdirAll(filepath.Join(s.dirs.root, containerDirName), 0o700); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(filepath.Join(s.dirs.root, containerDirName), ".restore-")
+}
+
+// readCheckpoint checks an unpacked checkpoint of source and reads its config.dump.
+func readCheckpoint(source, dir string) (*checkpointSource, error) {
 	if fi, err := os.Lstat(filepath.Join(dir, metadata.CheckpointDirectory)); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a checkpoint archive: it has no %s/ directory: %w", path, metadata.CheckpointDirectory, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s is not a checkpoint: it has no %s/ directory: %w", source, metadata.CheckpointDirectory, errdefs.ErrInvalidArgument)
 	}
 	config, _, err := metadata.ReadContainerCheckpointConfigDump(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a checkpoint archive: %v: %w", path, err, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s is not a checkpoint: %v: %w", source, err, errdefs.ErrInvalidArgument)
 	}
 	if config.RootfsImageRef == "" && config.RootfsImageName == "" {
-		return nil, fmt.Errorf("checkpoint archive %s names no image in %s: %w", path, metadata.ConfigDumpFile, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("checkpoint %s names no image in %s: %w", source, metadata.ConfigDumpFile, errdefs.ErrInvalidArgument)
 	}
-	return &checkpointSource{archive: path, dir: dir, config: config}, nil
+	return &checkpointSource{archive: source, dir: dir, config: config}, nil
+}
+
+// createImage resolves CreateContainer's image: an image on the node, or a
+// checkpoint to restore (a checkpoint archive's path, or an image made of one, with
+// the org.criu.checkpoint.container.name annotation), then the image the
+// checkpointed container ran. It returns the image, the name the container
+// reports, and the checkpoint if any (its close removes what was unpacked).
+func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, ref string) (_ *image.Image, _ string, _ *checkpointSource, retErr error) {
+	var img *image.Image
+	if !isCheckpointArchive(ref) {
+		var err error
+		if img, err = s.opts.Images.Find(ctx, ref); err != nil {
+			return nil, "", nil, err
+		}
+		if img.Annotations[metadata.CheckpointAnnotationName] == "" {
+			return img, ref, nil, nil
+		}
+	}
+	// A checkpoint: the container runs the checkpointed image with the checkpoint's
+	// writable layer, and StartContainer restores its processes.
+	if sb.UserNamespace() != nil {
+		return nil, "", nil, fmt.Errorf("restoring a checkpoint into a pod with its own user namespace is not supported: %w", errdefs.ErrFailedPrecondition)
+	}
+	if _, isRunc := rt.Options.(*options.Options); !isRunc {
+		return nil, "", nil, fmt.Errorf("restoring a checkpoint needs a runc runtime handler, not %q: %w", rt.Type, errdefs.ErrFailedPrecondition)
+	}
+	if err := s.criu.check(ctx); err != nil {
+		return nil, "", nil, err
+	}
+	var cs *checkpointSource
+	var err error
+	if img == nil {
+		cs, err = s.openCheckpoint(ctx, ref)
+	} else {
+		cs, err = s.openCheckpointImage(ctx, img, ref, rt.Snapshotter)
+	}
+	if err != nil {
+		return nil, "", nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			cs.close()
+		}
+	}()
+	img, name, err := s.checkpointImage(ctx, cs)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return img, name, cs, nil
+}
+
+// openCheckpointImage copies the checkpoint out of an image made of a checkpoint
+// archive (its layers hold the archive's files at /), as openCheckpoint unpacks one.
+func (s *Manager) openCheckpointImage(ctx context.Context, img *image.Image, ref, snapshotter string) (_ *checkpointSource, retErr error) {
+	chainID := identity.ChainID(img.Config.RootFS.DiffIDs).String()
+	if err := s.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
+		return nil, err
+	}
+	dir, err := s.newRestoreDir()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	lctx, done, err := s.ctrd.WithLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done(context.WithoutCancel(lctx))
+	sn := s.ctrd.SnapshotService(snapshotter)
+	key := fmt.Sprintf("checkpoint-image-view-%d", time.Now().UnixNano())
+	mounts, err := sn.View(lctx, key, chainID)
+	if err != nil {
+		return nil, fmt.Errorf("view of checkpoint image %s: %w", ref, err)
+	}
+	defer sn.Remove(context.WithoutCancel(lctx), key)
+	if err := mount.WithReadonlyTempMount(lctx, mounts, func(root string) error {
+		return fs.CopyDir(dir, root)
+	}); err != nil {
+		return nil, fmt.Errorf("copy the checkpoint out of image %s: %w", ref, err)
+	}
+	return readCheckpoint(ref, dir)
 }
 
 // checkpointImage finds the image the checkpointed container ran, by its reference

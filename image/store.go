@@ -22,6 +22,8 @@ type imageMeta struct {
 	ID     digest.Digest // config digest: the CRI image id
 	Size   int64         // compressed size of config and layers
 	Config ocispec.Image
+	// Annotations are the manifest's (a checkpoint image's org.criu.checkpoint.*).
+	Annotations map[string]string
 }
 
 // Image is one CRI image: every image record in containerd that resolves to the same
@@ -37,6 +39,8 @@ type Image struct {
 	Records []string
 	// Target is the manifest (or index) of one of the records.
 	Target ocispec.Descriptor
+	// Annotations are the annotations of the image's manifest for this platform.
+	Annotations map[string]string
 }
 
 // metaFor reads (once per manifest digest) the config and size of an image.
@@ -49,10 +53,11 @@ func (s *Service) metaFor(ctx context.Context, img images.Image) (*imageMeta, er
 		return m, nil
 	}
 	cs := s.opts.Client.ContentStore()
-	cfgDesc, err := img.Config(ctx, cs, s.platform)
+	manifest, err := images.Manifest(ctx, cs, img.Target, s.platform)
 	if err != nil {
 		return nil, fmt.Errorf("image %s config: %w", img.Name, err)
 	}
+	cfgDesc := manifest.Config
 	size, err := img.Size(ctx, cs, s.platform)
 	if err != nil {
 		return nil, fmt.Errorf("image %s size: %w", img.Name, err)
@@ -61,7 +66,7 @@ func (s *Service) metaFor(ctx context.Context, img images.Image) (*imageMeta, er
 	if err != nil {
 		return nil, err
 	}
-	m = &imageMeta{ID: cfgDesc.Digest, Size: size}
+	m = &imageMeta{ID: cfgDesc.Digest, Size: size, Annotations: manifest.Annotations}
 	if err := json.Unmarshal(raw, &m.Config); err != nil {
 		return nil, fmt.Errorf("image %s config: %w", img.Name, err)
 	}
@@ -158,7 +163,7 @@ func (s *Service) listRecords(ctx context.Context) ([]*Image, error) {
 		id := m.ID.String()
 		img, ok := byID[id]
 		if !ok {
-			img = &Image{ID: id, Size: uint64(m.Size), Config: m.Config, Target: rec.Target}
+			img = &Image{ID: id, Size: uint64(m.Size), Config: m.Config, Target: rec.Target, Annotations: m.Annotations}
 			byID[id] = img
 		}
 		img.Records = append(img.Records, rec.Name)

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"archive/tar"
+	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	digest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -166,9 +173,95 @@ func TestCheckpointRestoreContainer(t *testing.T) {
 	t.Logf("crictl checkpoint --export: %q, %d bytes", strings.TrimSpace(out2), fi.Size())
 	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
 
+	// The kubelet's way: an OCI image made of the archive (one layer holding its
+	// files, the org.criu.checkpoint.container.name annotation, as buildah and
+	// checkpointctl make it), brought in by another client, restored by reference.
+	ref := importCheckpointImage(t, env, location, "localhost/checkpoint/counter:v1")
+	p3 := newPod(t, rs, "cp-image")
+	cfg3 := p3.container("counter", "sh", "-c", counterScript)
+	cfg3.Image = &runtimeapi.ImageSpec{Image: ref}
+	var fromImage string
+	require.Eventually(t, func() bool {
+		resp, err := rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: p3.id, Config: cfg3, SandboxConfig: p3.cfg})
+		if status.Code(err) == codes.NotFound {
+			return false // the import is not seen yet
+		}
+		require.NoError(t, err)
+		fromImage = resp.ContainerId
+		return true
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Equal(t, busyboxImage, containerStatus(t, rs, fromImage).Image.GetUserSpecifiedImage())
+	p3.start(fromImage)
+	imageLog := filepath.Join(p3.logDir, "counter.log")
+	deadline = time.Now().Add(30 * time.Second)
+	for lastCount(t, imageLog) < counted+3 {
+		require.True(t, time.Now().Before(deadline), "the counter restored from an image did not go on; log:\n%s", readFile(t, imageLog))
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Contains(t, []int{counted + 1, counted + 2}, counts(t, imageLog)[0], "restored from the image")
+
+	stopRemove(t, rs, p3.id)
 	stopRemove(t, rs, p2.id)
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
+}
+
+// importCheckpointImage imports, as another containerd client, an OCI image of one
+// uncompressed layer that is the checkpoint archive, with the checkpoint
+// annotations on its manifest, under name.
+func importCheckpointImage(t *testing.T, env *harness.Env, archivePath, name string) string {
+	t.Helper()
+	layer, err := os.ReadFile(archivePath)
+	require.NoError(t, err)
+	blobs := map[digest.Digest][]byte{}
+	add := func(b []byte) ocispec.Descriptor {
+		d := digest.FromBytes(b)
+		blobs[d] = b
+		return ocispec.Descriptor{Digest: d, Size: int64(len(b))}
+	}
+	layerDesc := add(layer)
+	layerDesc.MediaType = ocispec.MediaTypeImageLayer
+	cfg, err := json.Marshal(ocispec.Image{
+		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layerDesc.Digest}},
+	})
+	require.NoError(t, err)
+	cfgDesc := add(cfg)
+	cfgDesc.MediaType = ocispec.MediaTypeImageConfig
+	man, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		Config: cfgDesc, Layers: []ocispec.Descriptor{layerDesc},
+		Annotations: map[string]string{
+			"org.criu.checkpoint.container.name": "counter",
+			"org.criu.checkpoint.engine.name":    "shimd",
+		},
+	})
+	require.NoError(t, err)
+	manDesc := add(man)
+	manDesc.MediaType = ocispec.MediaTypeImageManifest
+	manDesc.Annotations = map[string]string{images.AnnotationImageName: name}
+	index, err := json.Marshal(ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{manDesc}})
+	require.NoError(t, err)
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	put := func(name string, b []byte) {
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}))
+		_, err := tw.Write(b)
+		require.NoError(t, err)
+	}
+	put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
+	put("index.json", index)
+	for d, b := range blobs {
+		put("blobs/sha256/"+d.Encoded(), b)
+	}
+	require.NoError(t, tw.Close())
+	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), env.Shimd.Namespace())
+	imgs, err := env.Containerd.Client(t).Import(ctx, &buf)
+	require.NoError(t, err)
+	require.Len(t, imgs, 1)
+	require.Equal(t, name, imgs[0].Name)
+	return name
 }
 
 func readFile(t *testing.T, path string) string {
