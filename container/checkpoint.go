@@ -121,21 +121,39 @@ func (s *Manager) checkpoint(ctx, caller context.Context, c *Container, location
 // dumpTask pauses the task, has runc dump it with CRIU into work/checkpoint (leaving
 // it running), writes the writable layer's diff, and resumes the task.
 func (s *Manager) dumpTask(ctx context.Context, c *Container, work string) (retErr error) {
-	ts := s.ctrd.TaskService()
-	if _, err := ts.Pause(ctx, &tasksapi.PauseTaskRequest{ContainerID: c.ID}); err != nil {
-		return fmt.Errorf("pause container %s: %w", c.ID, errgrpc.ToNative(err))
+	if err := s.pauseTask(ctx, c); err != nil {
+		return err
 	}
 	defer func() {
-		rctx, cancel := s.detachedContext(ctx)
-		defer cancel()
-		if _, err := ts.Resume(rctx, &tasksapi.ResumeTaskRequest{ContainerID: c.ID}); err != nil {
-			err = errgrpc.ToNative(err)
-			log.G(ctx).WithError(err).Error("resume after checkpoint")
-			if retErr == nil {
-				retErr = fmt.Errorf("resume container %s after its checkpoint: %w", c.ID, err)
-			}
+		if err := s.resumeTask(ctx, c); err != nil && retErr == nil {
+			retErr = err
 		}
 	}()
+	return s.dumpPaused(ctx, c, work)
+}
+
+func (s *Manager) pauseTask(ctx context.Context, c *Container) error {
+	if _, err := s.ctrd.TaskService().Pause(ctx, &tasksapi.PauseTaskRequest{ContainerID: c.ID}); err != nil {
+		return fmt.Errorf("pause container %s: %w", c.ID, errgrpc.ToNative(err))
+	}
+	return nil
+}
+
+// resumeTask resumes a paused task, also when ctx is done.
+func (s *Manager) resumeTask(ctx context.Context, c *Container) error {
+	rctx, cancel := s.detachedContext(ctx)
+	defer cancel()
+	if _, err := s.ctrd.TaskService().Resume(rctx, &tasksapi.ResumeTaskRequest{ContainerID: c.ID}); err != nil {
+		err = errgrpc.ToNative(err)
+		log.G(ctx).WithError(err).WithField("container", c.ID).Error("resume after checkpoint")
+		return fmt.Errorf("resume container %s after its checkpoint: %w", c.ID, err)
+	}
+	return nil
+}
+
+// dumpPaused has runc dump a paused task with CRIU into work/checkpoint, leaving it
+// running, and writes the writable layer's diff to work/rootfs-diff.tar.
+func (s *Manager) dumpPaused(ctx context.Context, c *Container, work string) error {
 	opts, err := typeurl.MarshalAnyToProto(&options.CheckpointOptions{
 		Exit:      false,
 		ImagePath: filepath.Join(work, metadata.CheckpointDirectory),
@@ -144,7 +162,7 @@ func (s *Manager) dumpTask(ctx context.Context, c *Container, work string) (retE
 	if err != nil {
 		return err
 	}
-	if _, err := ts.Checkpoint(ctx, &tasksapi.CheckpointTaskRequest{ContainerID: c.ID, Options: opts}); err != nil {
+	if _, err := s.ctrd.TaskService().Checkpoint(ctx, &tasksapi.CheckpointTaskRequest{ContainerID: c.ID, Options: opts}); err != nil {
 		err = errgrpc.ToNative(err)
 		if ctx.Err() != nil {
 			return fmt.Errorf("checkpoint container %s: %w: %v", c.ID, ctx.Err(), err)

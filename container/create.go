@@ -36,7 +36,13 @@ import (
 //     NRI plugins adjust it (nri.go); the working directory and masked paths must
 //     not cross a file (create_checks.go)
 //  5. containerd container with the record; status CREATED
-func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	return s.create(ctx, req, "")
+}
+
+// create is CreateContainer; with fromDir, of a container to be restored from the
+// container checkpoint there (CreateFromCheckpoint).
+func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerRequest, fromDir string) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := req.GetConfig()
 	sb, err := s.opts.Pods.Pod(req.GetPodSandboxId())
 	if err != nil {
@@ -69,7 +75,7 @@ func (s *Manager) Create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	if err != nil {
 		return nil, err
 	}
-	img, imageName, restore, err := s.createImage(ctx, sb, rt, cfg.GetImage().GetImage())
+	img, imageName, restore, err := s.createImage(ctx, sb, rt, cfg.GetImage().GetImage(), fromDir)
 	if err != nil {
 		return nil, err
 	}

@@ -68,7 +68,8 @@ func (s *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-// adopt reattaches to a container's task, or finishes it when it is gone. A CREATED
+// adopt reattaches to a container's task, or finishes it when it is gone; a task
+// left paused by a checkpoint cut short is resumed. A CREATED
 // container has a task only when shimd died inside StartContainer: a task that was
 // created but not started is deleted (the container is CREATED again, and the
 // kubelet's retry starts it); one that started makes the container RUNNING (or
@@ -112,6 +113,16 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 		s.exits.finish(ctx, c, st.ExitStatus, st.ExitTime)
 		return
 	}
+	if st.Status == client.Paused {
+		// Only a checkpoint pauses a task (the CRI has no pause): shimd died in the
+		// middle of one, before it could resume the task.
+		if err := task.Resume(ctx); err != nil {
+			log.G(ctx).WithError(err).Error("resume the task of a checkpoint cut short")
+		} else {
+			log.G(ctx).Info("checkpoint cut short by a restart: the task is resumed")
+		}
+	}
+	os.RemoveAll(filepath.Join(s.dirs.containerDir(c.ID), checkpointWorkDirName))
 	var logf *logFile
 	if c.LogPath != "" {
 		logf, _ = openLog(c.LogPath)

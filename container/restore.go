@@ -113,14 +113,14 @@ func readCheckpoint(source, dir string) (*checkpointSource, error) {
 // the org.criu.checkpoint.container.name annotation), then the image the
 // checkpointed container ran. It returns the image, the name the container
 // reports, and the checkpoint if any (its close removes what was unpacked).
-func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, ref string) (_ *image.Image, _ string, _ *checkpointSource, retErr error) {
+func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, ref, fromDir string) (_ *image.Image, _ string, _ *checkpointSource, retErr error) {
 	var img *image.Image
 	if !isCheckpointArchive(ref) {
 		var err error
 		if img, err = s.opts.Images.Find(ctx, ref); err != nil {
 			return nil, "", nil, err
 		}
-		if img.Annotations[metadata.CheckpointAnnotationName] == "" {
+		if img.Annotations[metadata.CheckpointAnnotationName] == "" && fromDir == "" {
 			return img, ref, nil, nil
 		}
 	}
@@ -137,9 +137,12 @@ func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, r
 	}
 	var cs *checkpointSource
 	var err error
-	if img == nil {
+	switch {
+	case fromDir != "":
+		cs, err = s.copyCheckpoint(fromDir)
+	case img == nil:
 		cs, err = s.openCheckpoint(ctx, ref)
-	} else {
+	default:
 		cs, err = s.openCheckpointImage(ctx, img, ref, rt.Snapshotter)
 	}
 	if err != nil {
@@ -150,11 +153,37 @@ func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, r
 			cs.close()
 		}
 	}()
-	img, name, err := s.checkpointImage(ctx, cs)
+	cimg, name, err := s.checkpointImage(ctx, cs)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	return img, name, cs, nil
+	if fromDir != "" {
+		// A pod restore names the image: it must be the checkpointed one.
+		if img == nil || img.ID != cimg.ID {
+			return nil, "", nil, fmt.Errorf("config.image.image: %q is not the image the checkpointed container ran (%s, %s): %w",
+				ref, name, cimg.ID, errdefs.ErrInvalidArgument)
+		}
+		name = ref
+	}
+	return cimg, name, cs, nil
+}
+
+// copyCheckpoint copies an unpacked container checkpoint (of a pod checkpoint),
+// which a restore must not change.
+func (s *Manager) copyCheckpoint(src string) (_ *checkpointSource, retErr error) {
+	dir, err := s.newRestoreDir()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	if err := fs.CopyDir(dir, src); err != nil {
+		return nil, fmt.Errorf("copy checkpoint %s: %w", src, err)
+	}
+	return readCheckpoint(src, dir)
 }
 
 // openCheckpointImage copies the checkpoint out of an image made of a checkpoint

@@ -32,21 +32,29 @@ func (s *Service) CheckpointContainer(ctx context.Context, req *runtimeapi.Check
 // validateCheckpointLocation accepts an absolute, clean path of a file (new or to be
 // replaced) in an existing directory.
 func validateCheckpointLocation(loc string) error {
-	switch {
-	case loc == "":
-		return invalid("location", "is required")
-	case strings.ContainsRune(loc, 0) || len(loc) > 4096:
-		return invalid("location", "%s is not a path", quote(loc))
-	case !filepath.IsAbs(loc):
-		return invalid("location", "%s must be an absolute path", quote(loc))
-	case filepath.Clean(loc) != loc:
-		return invalid("location", "%s is not a clean path (no '..', '.', '//' or trailing '/')", quote(loc))
+	if err := validateAbsPath("location", loc); err != nil {
+		return err
 	}
 	if fi, err := os.Stat(filepath.Dir(loc)); err != nil || !fi.IsDir() {
 		return invalid("location", "the directory of %s does not exist", quote(loc))
 	}
 	if fi, err := os.Lstat(loc); err == nil && !fi.Mode().IsRegular() {
 		return invalid("location", "%s exists and is not a regular file", quote(loc))
+	}
+	return nil
+}
+
+// validateAbsPath accepts an absolute, clean path.
+func validateAbsPath(field, p string) error {
+	switch {
+	case p == "":
+		return invalid(field, "is required")
+	case strings.ContainsRune(p, 0) || len(p) > 4096:
+		return invalid(field, "%s is not a path", quote(p))
+	case !filepath.IsAbs(p):
+		return invalid(field, "%s must be an absolute path", quote(p))
+	case filepath.Clean(p) != p:
+		return invalid(field, "%s is not a clean path (no '..', '.', '//' or trailing '/')", quote(p))
 	}
 	return nil
 }

@@ -5,7 +5,9 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	digest "github.com/opencontainers/go-digest"
@@ -315,6 +319,20 @@ func TestCheckpointRestoreRefusals(t *testing.T) {
 	env.CheckNoLeaks(t)
 }
 
+// hogContainer runs, in a new pod of a new environment, a container holding 256 MiB
+// of touched memory that prints "tick" ten times a second, once it is "ready".
+func hogContainer(t *testing.T, podName string) (*harness.Env, runtimeapi.RuntimeServiceClient, *podFixture, string, string) {
+	t.Helper()
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, podName)
+	id := p.run(p.container("hog", "awk", `BEGIN { s = sprintf("%268435456s", ""); print "ready"; fflush(); while (1) { print "tick"; fflush(); system("sleep 0.1") } }`))
+	logPath := filepath.Join(p.logDir, "hog.log")
+	waitLog(t, logPath, "ready")
+	return env, rs, p, id, logPath
+}
+
 // A checkpoint whose timeout ends before the dump gets DeadlineExceeded at once; the
 // dump goes on, is thrown away, and the container runs on. No archive appears; a
 // second checkpoint waits its turn (FailedPrecondition while the first dumps) and
@@ -322,13 +340,8 @@ func TestCheckpointRestoreRefusals(t *testing.T) {
 func TestCheckpointTimeout(t *testing.T) {
 	requireRoot(t)
 	requireCRIU(t)
-	env, _ := imageEnv(t, harness.Options{})
-	pull(t, env, busyboxImage)
-	rs := env.Shimd.Runtime(t)
-	p := newPod(t, rs, "cp-timeout")
 	// 256 MiB of touched memory: its dump takes longer than the 1 s timeout.
-	id := p.run(p.container("hog", "awk", `BEGIN { s = sprintf("%268435456s", ""); print "ready"; fflush(); while (1) system("sleep 1") }`))
-	waitLog(t, filepath.Join(p.logDir, "hog.log"), "ready")
+	env, rs, p, id, _ := hogContainer(t, "cp-timeout")
 	dir := t.TempDir()
 	location := filepath.Join(dir, "hog.tar")
 	start := time.Now()
@@ -359,6 +372,177 @@ func TestCheckpointTimeout(t *testing.T) {
 	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
 	_, err = execSync(t, rs, id, 10, "true")
 	require.NoError(t, err, "the container does not run on after its checkpoints")
+	stopRemove(t, rs, p.id)
+	env.CheckNoLeaks(t)
+}
+
+// dirDigest is a listing of every file under dir with its size and mode, to see
+// that a restore left a checkpoint as it was.
+func dirDigest(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	require.NoError(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v %d %d\n", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		return nil
+	}))
+	return b.String()
+}
+
+// CheckpointPod takes two running counters of a pod in one cut into an empty
+// directory and leaves them running; RestorePod makes a new pod of them, CREATED,
+// and their StartContainer restores them: each counts on from its checkpoint. The
+// checkpoint is not changed. Bad requests are refused with nothing left behind.
+func TestCheckpointRestorePod(t *testing.T) {
+	requireRoot(t)
+	requireCRIU(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, "pod-cp")
+	script := func(name string) string { return strings.ReplaceAll(counterScript, "/count", "/"+name) }
+	a := p.run(p.container("a", "sh", "-c", script("a")))
+	b := p.run(p.container("b", "sh", "-c", script("b")))
+	waitLog(t, filepath.Join(p.logDir, "a.log"), "n=10\n")
+	waitLog(t, filepath.Join(p.logDir, "b.log"), "n=10\n")
+	other := newPod(t, rs, "pod-cp-other")
+	elsewhere := other.run(other.container("c", "sleep", "3600"))
+	ctx := ctxT(t, 2*time.Minute)
+
+	dir := t.TempDir()
+	code := func(err error) codes.Code { return status.Code(err) }
+	for name, req := range map[string]*runtimeapi.CheckpointPodRequest{
+		"no containers":      {PodSandboxId: p.id, OutputPath: dir},
+		"twice":              {PodSandboxId: p.id, OutputPath: dir, ContainerIds: []string{a, a}},
+		"other pod's":        {PodSandboxId: p.id, OutputPath: dir, ContainerIds: []string{a, elsewhere}},
+		"relative path":      {PodSandboxId: p.id, OutputPath: "cp", ContainerIds: []string{a}},
+		"an option":          {PodSandboxId: p.id, OutputPath: dir, ContainerIds: []string{a}, Options: map[string]string{"tcp-established": "true"}},
+		"missing output dir": {PodSandboxId: p.id, OutputPath: dir + "/missing", ContainerIds: []string{a}},
+	} {
+		_, err := rs.CheckpointPod(ctx, req)
+		require.Equal(t, codes.InvalidArgument, code(err), "%s: %v", name, err)
+	}
+	_, err := rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: "nope", OutputPath: dir, ContainerIds: []string{a}})
+	require.Equal(t, codes.NotFound, code(err), "%v", err)
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left)
+
+	start := time.Now()
+	_, err = rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: p.id, OutputPath: dir, ContainerIds: []string{a, b}})
+	require.NoError(t, err)
+	t.Logf("pod checkpoint of two counters: %s", time.Since(start).Round(time.Millisecond))
+	for _, id := range []string{a, b} {
+		require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	}
+	_, err = rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: p.id, OutputPath: dir, ContainerIds: []string{a}})
+	require.Equal(t, codes.InvalidArgument, code(err), "a second checkpoint into a full directory: %v", err)
+	before := dirDigest(t, dir)
+	counted := map[string]int{}
+	for i, name := range []string{"a", "b"} {
+		diff, err := os.Open(filepath.Join(dir, "containers", strconv.Itoa(i), "rootfs-diff.tar"))
+		require.NoError(t, err)
+		files := tarNames(t, diff)
+		diff.Close()
+		counted[name], err = strconv.Atoi(strings.TrimSpace(string(files[name])))
+		require.NoError(t, err, "%s: %v", name, files)
+	}
+
+	restoredCfg := podConfig("pod-cp-restored")
+	restoredCfg.LogDirectory = t.TempDir()
+	cfgOf := func(name string) *runtimeapi.ContainerConfig { return p.container(name, "sh", "-c", script(name)) }
+	podsBefore := len(listPods(t, rs, nil))
+	wrongImage := cfgOf("b")
+	wrongImage.Image = &runtimeapi.ImageSpec{Image: "sha256:0000000000000000000000000000000000000000000000000000000000000000"}
+	for name, req := range map[string]*runtimeapi.RestorePodRequest{
+		"a missing config": {CheckpointPath: dir, Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a")}},
+		"an unknown name":  {CheckpointPath: dir, Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), cfgOf("b"), cfgOf("c")}},
+		"no checkpoint":    {CheckpointPath: t.TempDir(), Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a")}},
+		"an option":        {CheckpointPath: dir, Config: restoredCfg, Options: map[string]string{"x": "y"}, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), cfgOf("b")}},
+		"a relative path":  {CheckpointPath: "cp", Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), cfgOf("b")}},
+		"the wrong image":  {CheckpointPath: dir, Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), wrongImage}},
+	} {
+		_, err := rs.RestorePod(ctx, req)
+		require.Contains(t, []codes.Code{codes.InvalidArgument, codes.NotFound}, code(err), "%s: %v", name, err)
+		require.Len(t, listPods(t, rs, nil), podsBefore, "%s: a refused restore left a pod", name)
+	}
+
+	start = time.Now()
+	resp, err := rs.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: dir, Config: restoredCfg,
+		ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("b"), cfgOf("a")}})
+	require.NoError(t, err)
+	t.Logf("RestorePod: %s", time.Since(start).Round(time.Millisecond))
+	require.NotEmpty(t, resp.PodSandboxId)
+	require.Len(t, resp.RestoredContainers, 2)
+	require.Equal(t, "b", resp.RestoredContainers[0].Name)
+	require.Equal(t, "a", resp.RestoredContainers[1].Name)
+	for _, rc := range resp.RestoredContainers {
+		require.Equal(t, runtimeapi.ContainerState_CONTAINER_CREATED, containerStatus(t, rs, rc.ContainerId).State)
+	}
+	start = time.Now()
+	for _, rc := range resp.RestoredContainers {
+		_, err := rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: rc.ContainerId})
+		require.NoError(t, err, "start %s", rc.Name)
+	}
+	t.Logf("start of the two restored containers: %s", time.Since(start).Round(time.Millisecond))
+	for _, rc := range resp.RestoredContainers {
+		logPath := filepath.Join(restoredCfg.LogDirectory, rc.Name+".log")
+		deadline := time.Now().Add(30 * time.Second)
+		for lastCount(t, logPath) < counted[rc.Name]+3 {
+			require.True(t, time.Now().Before(deadline), "%s did not count on; log:\n%s", rc.Name, readFile(t, logPath))
+			time.Sleep(100 * time.Millisecond)
+		}
+		first := counts(t, logPath)[0]
+		t.Logf("%s: /%s %d at the checkpoint, restored counter printed n=%d first", rc.Name, rc.Name, counted[rc.Name], first)
+		require.Contains(t, []int{counted[rc.Name] + 1, counted[rc.Name] + 2}, first, rc.Name)
+	}
+	require.Equal(t, before, dirDigest(t, dir), "the restore changed the checkpoint")
+	for _, id := range []string{a, b} {
+		require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	}
+	stopRemove(t, rs, resp.PodSandboxId)
+	stopRemove(t, rs, other.id)
+	stopRemove(t, rs, p.id)
+	env.CheckNoLeaks(t)
+}
+
+// shimd killed in the middle of a checkpoint (the task is paused while it is
+// dumped): after the restart the container runs, not paused, and its checkpoint
+// leaves nothing behind.
+func TestKill9DuringCheckpointResumesTheTask(t *testing.T) {
+	requireRoot(t)
+	requireCRIU(t)
+	env, rs, p, id, logPath := hogContainer(t, "cp-kill9")
+	dir := t.TempDir()
+	errc := inBackground(func(ctx context.Context) error {
+		_, err := rs.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: filepath.Join(dir, "hog.tar")})
+		return err
+	})
+	// Wait until the task is paused, then kill shimd.
+	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), env.Shimd.Namespace())
+	require.Eventually(t, func() bool {
+		resp, err := env.Containerd.Client(t).TaskService().Get(ctx, &tasksapi.GetRequest{ContainerID: id})
+		return err == nil && resp.Process.Status == tasktypes.Status_PAUSED
+	}, 30*time.Second, 10*time.Millisecond, "the checkpoint never paused the task")
+	env.Shimd.Kill9()
+	require.Error(t, <-errc)
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	require.Eventually(t, func() bool {
+		resp, err := env.Containerd.Client(t).TaskService().Get(ctx, &tasksapi.GetRequest{ContainerID: id})
+		return err == nil && resp.Process.Status == tasktypes.Status_RUNNING
+	}, 30*time.Second, 50*time.Millisecond, "the task is not running after the restart")
+	ticks := strings.Count(readFile(t, logPath), "tick")
+	require.Eventually(t, func() bool { return strings.Count(readFile(t, logPath), "tick") > ticks+3 }, 10*time.Second, 100*time.Millisecond,
+		"the container does not run on after the restart")
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left, "the cut-short checkpoint left files beside its location")
+	_, err = os.Stat(filepath.Join(env.Shimd.RootDir(), "containers", id, "checkpoint-work"))
+	require.True(t, os.IsNotExist(err), "the checkpoint's work directory is left: %v", err)
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
 }
