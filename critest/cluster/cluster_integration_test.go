@@ -52,6 +52,7 @@ func TestCluster(t *testing.T) {
 	t.Run("6_probe_init_hostnetwork_runtimeclass", s.stepPodFeatures)
 	t.Run("6b_runtimeclass_gvisor", s.stepGVisor)
 	t.Run("7_delete_with_grace_period", s.stepGracefulDelete)
+	t.Run("7b_checkpoint_api_and_restore", s.stepCheckpointRestore)
 	t.Run("8_kill9_shimd_during_rollout", s.stepKill9DuringRollout)
 	t.Run("9_namespace_deleted_nothing_left", s.stepTeardown)
 }

@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -19,11 +17,7 @@ import (
 
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
-	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	digest "github.com/opencontainers/go-digest"
-	specs "github.com/opencontainers/image-spec/specs-go"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -180,7 +174,7 @@ func TestCheckpointRestoreContainer(t *testing.T) {
 	// The kubelet's way: an OCI image made of the archive (one layer holding its
 	// files, the org.criu.checkpoint.container.name annotation, as buildah and
 	// checkpointctl make it), brought in by another client, restored by reference.
-	ref := importCheckpointImage(t, env, location, "localhost/checkpoint/counter:v1")
+	ref := harness.ImportCheckpointImage(t, env, location, "localhost/checkpoint/counter:v1")
 	p3 := newPod(t, rs, "cp-image")
 	cfg3 := p3.container("counter", "sh", "-c", counterScript)
 	cfg3.Image = &runtimeapi.ImageSpec{Image: ref}
@@ -208,64 +202,6 @@ func TestCheckpointRestoreContainer(t *testing.T) {
 	stopRemove(t, rs, p2.id)
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
-}
-
-// importCheckpointImage imports, as another containerd client, an OCI image of one
-// uncompressed layer that is the checkpoint archive, with the checkpoint
-// annotations on its manifest, under name.
-func importCheckpointImage(t *testing.T, env *harness.Env, archivePath, name string) string {
-	t.Helper()
-	layer, err := os.ReadFile(archivePath)
-	require.NoError(t, err)
-	blobs := map[digest.Digest][]byte{}
-	add := func(b []byte) ocispec.Descriptor {
-		d := digest.FromBytes(b)
-		blobs[d] = b
-		return ocispec.Descriptor{Digest: d, Size: int64(len(b))}
-	}
-	layerDesc := add(layer)
-	layerDesc.MediaType = ocispec.MediaTypeImageLayer
-	cfg, err := json.Marshal(ocispec.Image{
-		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layerDesc.Digest}},
-	})
-	require.NoError(t, err)
-	cfgDesc := add(cfg)
-	cfgDesc.MediaType = ocispec.MediaTypeImageConfig
-	man, err := json.Marshal(ocispec.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
-		Config: cfgDesc, Layers: []ocispec.Descriptor{layerDesc},
-		Annotations: map[string]string{
-			"org.criu.checkpoint.container.name": "counter",
-			"org.criu.checkpoint.engine.name":    "shimd",
-		},
-	})
-	require.NoError(t, err)
-	manDesc := add(man)
-	manDesc.MediaType = ocispec.MediaTypeImageManifest
-	manDesc.Annotations = map[string]string{images.AnnotationImageName: name}
-	index, err := json.Marshal(ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{manDesc}})
-	require.NoError(t, err)
-
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	put := func(name string, b []byte) {
-		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}))
-		_, err := tw.Write(b)
-		require.NoError(t, err)
-	}
-	put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
-	put("index.json", index)
-	for d, b := range blobs {
-		put("blobs/sha256/"+d.Encoded(), b)
-	}
-	require.NoError(t, tw.Close())
-	ctx := namespaces.WithNamespace(ctxT(t, time.Minute), env.Shimd.Namespace())
-	imgs, err := env.Containerd.Client(t).Import(ctx, &buf)
-	require.NoError(t, err)
-	require.Len(t, imgs, 1)
-	require.Equal(t, name, imgs[0].Name)
-	return name
 }
 
 func readFile(t *testing.T, path string) string {
