@@ -44,10 +44,11 @@ func (l layout) hostsPath(id string) string      { return filepath.Join(l.dir(id
 func (l layout) resolvConfPath(id string) string { return filepath.Join(l.dir(id), "resolv.conf") }
 
 // writeFiles creates the pod's hostname, hosts and resolv.conf, and mounts its shm.
-func (l layout) writeFiles(sb *Sandbox) (undo func(), err error) {
-	undo = func() { l.removeFiles(sb.ID) }
+func (l layout) writeFiles(sb *Sandbox) (_ func(), err error) {
+	undo := func() { l.removeFiles(sb.ID) }
 	defer func() {
 		if err != nil {
+			// Not the named result: every error return sets that to nil.
 			undo()
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -105,9 +106,21 @@ func toGRPC(ctx context.Context, err error) error {
 		}
 	case errdefs.IsUnavailable(err):
 		return status.Error(codes.Unavailable, err.Error())
+	case noSpace(err):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	// errgrpc keeps the message and picks the code from the errdefs class.
 	return errgrpc.ToGRPC(err)
+}
+
+// noSpace tells whether err is a full disk or quota, shimd's own (ENOSPC, EDQUOT)
+// or containerd's (which reaches shimd as text).
+func noSpace(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, syscall.ENOSPC.Error()) || strings.Contains(msg, syscall.EDQUOT.Error())
 }
 
 func requestID() string {

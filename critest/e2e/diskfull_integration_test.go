@@ -1,0 +1,85 @@
+//go:build integration
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// fill writes zeros to path until the filesystem under it is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			require.ErrorIs(t, err, unix.ENOSPC)
+			return
+		}
+	}
+}
+
+// shimd's root dir on a small tmpfs that fills up: a new pod and a new container
+// are ResourceExhausted with nothing half-made; what runs goes on and can be
+// inspected, stopped and removed; once there is room again, pods run as before.
+func TestRootDirFull(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	root := env.Shimd.RootDir()
+	env.Shimd.Stop()
+	saved := t.TempDir()
+	require.NoError(t, exec.Command("cp", "-a", root+"/.", saved).Run())
+	require.NoError(t, unix.Mount("tmpfs", root, "tmpfs", 0, "size=16m,mode=0700"))
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	require.NoError(t, exec.Command("cp", "-a", saved+"/.", root).Run())
+	env.Shimd.Start(t)
+	rs := env.Shimd.Runtime(t)
+
+	p := newPod(t, rs, "full-running")
+	running := p.run(p.container("running", "sleep", "3600"))
+	podsBefore, ctrsBefore := len(listPods(t, rs, nil)), len(listContainers(t, rs))
+
+	filler := filepath.Join(root, "filler")
+	fill(t, filler)
+	ctx := ctxT(t, time.Minute)
+	cfg := podConfig("full-new")
+	cfg.LogDirectory = t.TempDir()
+	_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "RunPodSandbox on a full root dir: %v", err)
+	t.Logf("RunPodSandbox: %v", err)
+	_, err = rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: p.id, Config: p.container("new", "sleep", "3600"), SandboxConfig: p.cfg})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "CreateContainer on a full root dir: %v", err)
+	t.Logf("CreateContainer: %v", err)
+	require.Len(t, listPods(t, rs, nil), podsBefore, "a refused pod is listed")
+	require.Len(t, listContainers(t, rs), ctrsBefore, "a refused container is listed")
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, running).State)
+	_, err = execSync(t, rs, running, 10, "true")
+	require.NoError(t, err)
+
+	// Room again: everything works, the full-disk attempts left nothing.
+	require.NoError(t, os.Remove(filler))
+	p2 := newPod(t, rs, "full-new")
+	p2.run(p2.container("new", "sleep", "3600"))
+	stopRemove(t, rs, p2.id)
+	stopRemove(t, rs, p.id)
+	entries, err := os.ReadDir(filepath.Join(root, "sandboxes"))
+	require.NoError(t, err)
+	require.Empty(t, entries, "pod files left in the root dir")
+	require.NoError(t, unix.Unmount(root, unix.MNT_DETACH))
+	env.CheckNoLeaks(t)
+}
