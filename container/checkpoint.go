@@ -167,7 +167,10 @@ func (s *Manager) dumpPaused(ctx context.Context, c *Container, work string) err
 		if ctx.Err() != nil {
 			return fmt.Errorf("checkpoint container %s: %w: %v", c.ID, ctx.Err(), err)
 		}
-		return fmt.Errorf("checkpoint container %s: %v (CRIU: %s)", c.ID, err, criuLogTail(filepath.Join(work, "dump.log")))
+		// What CRIU refuses is the container's state (an established TCP connection,
+		// an external resource): the caller's to change, not a fault of the runtime.
+		return fmt.Errorf("checkpoint container %s: CRIU could not dump it: %s (%v): %w",
+			c.ID, criuLogTail(filepath.Join(work, "dump.log")), err, errdefs.ErrFailedPrecondition)
 	}
 	f, err := os.OpenFile(filepath.Join(work, metadata.RootFsDiffTar), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

@@ -482,3 +482,32 @@ func TestKill9DuringCheckpointResumesTheTask(t *testing.T) {
 	stopRemove(t, rs, p.id)
 	env.CheckNoLeaks(t)
 }
+
+// A dump CRIU refuses (an established TCP connection, which shimd does not ask it
+// to dump) is FailedPrecondition with CRIU's reason; the container runs on and no
+// archive is left.
+func TestCheckpointDumpFails(t *testing.T) {
+	requireRoot(t)
+	requireCRIU(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, "cp-tcp")
+	id := p.run(p.container("tcp", "sh", "-c",
+		`nc -l -p 9000 >/dev/null & sleep 0.5; echo connected; while true; do echo x; sleep 1; done | nc 127.0.0.1 9000`))
+	waitLog(t, filepath.Join(p.logDir, "tcp.log"), "connected")
+	time.Sleep(500 * time.Millisecond)
+	dir := t.TempDir()
+	_, err := rs.CheckpointContainer(ctxT(t, time.Minute), &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: filepath.Join(dir, "tcp.tar")})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	t.Logf("dump refused: %v", err)
+	require.Contains(t, err.Error(), "TCP")
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left)
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	_, err = execSync(t, rs, id, 10, "true")
+	require.NoError(t, err, "the container is not running on after the failed dump")
+	stopRemove(t, rs, p.id)
+	env.CheckNoLeaks(t)
+}
