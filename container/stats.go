@@ -25,8 +25,8 @@ func (s *Manager) StatsOf(podID string) []stats.Container {
 			ID: c.ID, SandboxID: c.SandboxID, Metadata: c.Config.GetMetadata(),
 			Labels: c.Config.GetLabels(), Annotations: c.Config.GetAnnotations(),
 			ImageName: c.ImageName, Snapshotter: c.Snapshotter,
-			Running:   st.State == runtimeapi.ContainerState_CONTAINER_RUNNING,
-			StartedAt: st.StartedAt, Resources: c.Resources(),
+			Running: st.State == runtimeapi.ContainerState_CONTAINER_RUNNING,
+			Pid:     st.Pid, StartedAt: st.StartedAt, Resources: c.Resources(),
 		})
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/pod"
+	"github.com/shimd/shimd/stats"
 )
 
 // ContainerStats reports one container's CPU, memory and writable layer usage.
@@ -24,14 +25,14 @@ func (s *Service) ContainerStats(ctx context.Context, req *runtimeapi.ContainerS
 // ListContainerStats reports the stats of containers matching the filter.
 func (s *Service) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	f := req.GetFilter()
-	resp := &runtimeapi.ListContainerStatsResponse{}
+	var cs []stats.Container
 	for _, c := range s.opts.Containers.StatsOf("") {
 		if f.GetId() != "" && !strings.HasPrefix(c.ID, f.GetId()) ||
 			f.GetPodSandboxId() != "" && !strings.HasPrefix(c.SandboxID, f.GetPodSandboxId()) ||
 			!pod.LabelsMatch(c.Labels, f.GetLabelSelector()) {
 			continue
 		}
-		resp.Stats = append(resp.Stats, s.opts.Stats.ContainerStats(ctx, c))
+		cs = append(cs, c)
 	}
-	return resp, nil
+	return &runtimeapi.ListContainerStatsResponse{Stats: s.opts.Stats.ListContainerStats(ctx, cs)}, nil
 }

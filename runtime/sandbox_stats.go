@@ -24,12 +24,12 @@ func (s *Service) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandbo
 // ListPodSandboxStats reports the stats of the pods matching the filter.
 func (s *Service) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
 	f := req.GetFilter()
-	resp := &runtimeapi.ListPodSandboxStatsResponse{}
+	var pods []pod.Pod
 	for _, p := range s.opts.Sandboxes.Pods() {
 		if f.GetId() != "" && !strings.HasPrefix(p.ID, f.GetId()) || !pod.LabelsMatch(p.Config.GetLabels(), f.GetLabelSelector()) {
 			continue
 		}
-		resp.Stats = append(resp.Stats, s.opts.Stats.PodStats(ctx, p))
+		pods = append(pods, p)
 	}
-	return resp, nil
+	return &runtimeapi.ListPodSandboxStatsResponse{Stats: s.opts.Stats.ListPodStats(ctx, pods)}, nil
 }

@@ -23,6 +23,8 @@ type Container struct {
 	ImageName     string
 	Snapshotter   string
 	Running       bool
+	// Pid is the task's process while it runs (0 otherwise).
+	Pid uint32
 	// StartedAt is in Unix nanoseconds; Resources the current limits.
 	StartedAt int64
 	Resources *runtimeapi.LinuxContainerResources
@@ -51,6 +53,7 @@ type Collector struct {
 	opts  Options
 	host  hostFS
 	rates cpuRates
+	usage layerUsage // writable layers' usage, up to layerUsageTTL old
 }
 
 // New makes a Collector.
@@ -60,4 +63,5 @@ func New(opts Options) *Collector { return &Collector{opts: opts, host: detectHo
 func (s *Collector) Forget(id string) {
 	s.rates.forget(id)
 	s.rates.forget("pod:" + id)
+	s.usage.forget(id)
 }

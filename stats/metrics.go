@@ -69,8 +69,8 @@ func (s *Collector) containerMetrics(ctx context.Context, c Container, pod *runt
 	m.add(mStartTime, uint64(time.Unix(0, c.StartedAt).Unix()))
 	specMetrics(&m, c.Resources)
 	root, rootErr := s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter)
-	if u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID); err == nil && rootErr == nil {
-		m.add(mFsUsage, uint64(u.Size), root)
+	if size, _, err := s.writableLayer(ctx, c); err == nil && rootErr == nil {
+		m.add(mFsUsage, uint64(size), root)
 	}
 	return &runtimeapi.ContainerMetrics{ContainerId: c.ID, Metrics: m.out}, tm.group
 }

@@ -15,22 +15,26 @@ import (
 // pressure is the pod cgroup's own (PSI does not add up), when the pod has a cgroup
 // parent.
 func (s *Collector) PodStats(ctx context.Context, sb pod.Pod) *runtimeapi.PodSandboxStats {
+	return s.podStats(ctx, nil, sb, s.opts.Containers.StatsOf(sb.ID))
+}
+
+// podStats is PodStats of the pod's containers cs, with the pass's metrics if any.
+// Each running container's sample serves its own stats and the pod's sum.
+func (s *Collector) podStats(ctx context.Context, p metricsPass, sb pod.Pod, cs []Container) *runtimeapi.PodSandboxStats {
 	now := time.Now()
 	linux := &runtimeapi.LinuxPodSandboxStats{}
 	total := cgroupSample{at: now}
 	var groups []string
-	if smp, err := s.taskSample(ctx, sb.ID); err == nil {
+	if smp, err := s.sample(ctx, p, sb.ID, sb.PID); err == nil {
 		addSample(&total, smp)
 		groups = append(groups, smp.group)
 	}
-	for _, c := range s.opts.Containers.StatsOf(sb.ID) {
-		cs := s.ContainerStats(ctx, c)
-		linux.Containers = append(linux.Containers, cs)
-		if c.Running {
-			if smp, err := s.taskSample(ctx, c.ID); err == nil {
-				addSample(&total, smp)
-				groups = append(groups, smp.group)
-			}
+	for _, c := range cs {
+		st, smp := s.containerStats(ctx, p, c)
+		linux.Containers = append(linux.Containers, st)
+		if smp != nil {
+			addSample(&total, *smp)
+			groups = append(groups, smp.group)
 		}
 	}
 	total.psi = s.podPSI(sb, groups...)

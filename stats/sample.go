@@ -244,14 +244,23 @@ func swapUsage(smp cgroupSample) *runtimeapi.SwapUsage {
 // ContainerStats samples one container: CPU, memory, pressure, swap while it runs,
 // and its writable layer.
 func (s *Collector) ContainerStats(ctx context.Context, c Container) *runtimeapi.ContainerStats {
+	st, _ := s.containerStats(ctx, nil, c)
+	return st
+}
+
+// containerStats is ContainerStats with the pass's metrics if any; it also returns
+// the running container's cgroup sample (nil when there is none).
+func (s *Collector) containerStats(ctx context.Context, p metricsPass, c Container) (*runtimeapi.ContainerStats, *cgroupSample) {
 	out := &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{
 		Id: c.ID, Metadata: c.Metadata, Labels: c.Labels, Annotations: c.Annotations,
 	}}
 	now := time.Now().UnixNano()
+	var sampled *cgroupSample
 	if c.Running {
-		if smp, err := s.taskSample(ctx, c.ID); err == nil {
+		if smp, err := s.sample(ctx, p, c.ID, c.Pid); err == nil {
 			out.Cpu, out.Memory = s.cpuMem(c.ID, smp)
 			out.Io, out.Swap = ioUsage(smp), swapUsage(smp)
+			sampled = &smp
 		}
 	}
 	if out.Cpu == nil {
@@ -259,14 +268,14 @@ func (s *Collector) ContainerStats(ctx context.Context, c Container) *runtimeapi
 		out.Memory = &runtimeapi.MemoryUsage{Timestamp: now}
 	}
 	root, rootErr := s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter)
-	if u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID); err == nil && rootErr == nil {
+	if size, inodes, err := s.writableLayer(ctx, c); err == nil && rootErr == nil {
 		out.WritableLayer = &runtimeapi.FilesystemUsage{
 			Timestamp: now,
 			// The kubelet stats this path to find the filesystem.
 			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: root},
-			UsedBytes:  &runtimeapi.UInt64Value{Value: uint64(u.Size)},
-			InodesUsed: &runtimeapi.UInt64Value{Value: uint64(u.Inodes)},
+			UsedBytes:  &runtimeapi.UInt64Value{Value: uint64(size)},
+			InodesUsed: &runtimeapi.UInt64Value{Value: uint64(inodes)},
 		}
 	}
-	return out
+	return out, sampled
 }

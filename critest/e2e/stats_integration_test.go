@@ -149,7 +149,18 @@ func TestStatsPressureIOSwapProcesses(t *testing.T) {
 		Filter: &runtimeapi.PodSandboxStatsFilter{Id: p.id}})
 	require.NoError(t, err)
 	require.Len(t, pls.Stats, 1)
-	require.Equal(t, pl.Process.ProcessCount.Value, pls.Stats[0].Linux.Process.ProcessCount.GetValue())
+	// The list reads every task's metrics in one call (stats/batch.go): the same
+	// figures as the pod's own call.
+	ll := pls.Stats[0].Linux
+	require.Equal(t, pl.Process.ProcessCount.Value, ll.Process.ProcessCount.GetValue())
+	require.Len(t, ll.Containers, 2)
+	require.Equal(t, psi, ll.Cpu.Psi != nil)
+	require.NotZero(t, ll.Memory.GetWorkingSetBytes().GetValue())
+	for _, c := range ll.Containers {
+		require.NotNil(t, c.Cpu.GetUsageCoreNanoSeconds(), c.Attributes.Id)
+		require.NotZero(t, c.Memory.GetWorkingSetBytes().GetValue(), c.Attributes.Id)
+		require.NotNil(t, c.WritableLayer, c.Attributes.Id)
+	}
 
 	// A pod without a cgroup parent has no cgroup of its own: no pod pressure, while
 	// its container has its own.
