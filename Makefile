@@ -97,6 +97,14 @@ integration-runsc: tools
 crash-soak: tools
 	CRASH_SOAK_ROUNDS=$${CRASH_SOAK_ROUNDS:-100} $(GO) test -tags integration -count=1 -timeout 30m -run TestCrashSoak -v ./critest/e2e/
 
+# Upgrade in place: shimd built at UPGRADE_FROM (a git revision of this repository's
+# history) runs pods, then the current build takes over its state (TestUpgradeInPlace;
+# docs/operating.md, "Upgrading with pods running").
+UPGRADE_FROM ?= 9014ae4
+.PHONY: upgrade-test
+upgrade-test: tools
+	SHIMD_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -tags integration -count=1 -timeout 20m -run TestUpgradeInPlace -v ./critest/e2e/
+
 # kill -9 of shimd at a random moment of a Deployment's rollout on the one-node
 # cluster, SHIMD_CLUSTER_SOAK rounds (default 20, about 40 s each); after each round
 # shimd must account for every containerd container and IP lease. SHIMD_SOAK_SEED
