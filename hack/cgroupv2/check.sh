@@ -126,6 +126,27 @@ sed 's/6291456/1/; s/mem5/mem0/' "$W/mem5.json" >"$W/mem0.json"
 run $C create "$MP" "$W/mem0.json" "$W/pod.json"
 run $C stopp "$MP"; run $C rmp "$MP"
 
+say "checkpoint and restore: $(criu --version 2>&1 | head -1)"
+if criu check >>"$R" 2>&1; then
+  cat >"$W/count.json" <<EOF
+{"metadata": {"name": "count"}, "image": {"image": "docker.io/library/busybox:latest"}, "log_path": "count.log",
+ "command": ["sh", "-c", "i=0; while :; do i=\$((i+1)); echo n=\$i; echo \$i > /count; sleep 0.1; done"]}
+EOF
+  KP=$($C runp "$W/pod.json"); KC=$($C create "$KP" "$W/count.json" "$W/pod.json"); $C start "$KC" >/dev/null; sleep 3
+  T0=$(date +%s.%N); run $C checkpoint --export="$W/count.tar" "$KC"
+  echo "checkpoint took $(awk -v a="$T0" -v b="$(date +%s.%N)" "BEGIN{print b-a}") s; archive $(stat -c %s "$W/count.tar") bytes" >>"$R"
+  echo "/count in the archive's rootfs-diff.tar: $(tar -xOf "$W/count.tar" rootfs-diff.tar | tar -xO count)" >>"$R"
+  sed 's/"name": "v2", "namespace": "v2", "uid": "v2-1"/"name": "v2r", "namespace": "v2", "uid": "v2-9"/' "$W/pod.json" >"$W/pod2.json"
+  sed "s#docker.io/library/busybox:latest#$W/count.tar#; s/count.log/restored.log/" "$W/count.json" >"$W/restore.json"
+  RP=$($C runp "$W/pod2.json"); RC=$($C create "$RP" "$W/restore.json" "$W/pod2.json" 2>>"$R")
+  T0=$(date +%s.%N); run $C start "$RC"
+  echo "restore (start) took $(awk -v a="$T0" -v b="$(date +%s.%N)" "BEGIN{print b-a}") s" >>"$R"
+  sleep 1; echo "restored log, first lines: $(head -3 "$W/logs/restored.log" | tr '\n' ' ')" >>"$R"
+  run $C stopp "$RP"; run $C rmp "$RP"; run $C stopp "$KP"; run $C rmp "$KP"
+else
+  say "no usable CRIU here: checkpoint and restore not tried"
+fi
+
 say "leftovers after removal"
 # The pod's cgroup_parent is the kubelet's to make and remove; runc made it here.
 rmdir /sys/fs/cgroup/shimdv2pod 2>/dev/null
