@@ -79,3 +79,14 @@ func TestOverlayUpperDir(t *testing.T) {
 		t.Errorf("bind: %q", got)
 	}
 }
+
+func TestRestoreErrorExplainsTakenPIDs(t *testing.T) {
+	err := restoreError(errors.New("OCI runtime restore failed"), "(00.05) Error (criu/cr-restore.c:1230): Can't fork for 7: File exists")
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "PID namespace") {
+		t.Fatalf("taken pid: %v", err)
+	}
+	err = restoreError(errors.New("OCI runtime restore failed"), "Error (criu/mount.c:1): no mapping")
+	if !errdefs.IsFailedPrecondition(err) || strings.Contains(err.Error(), "PID namespace") {
+		t.Fatalf("other failure: %v", err)
+	}
+}

@@ -320,3 +320,15 @@ func (s *Manager) restoreOptions(ctx context.Context, c *Container) (*anypb.Any,
 	}
 	return a, dir, nil
 }
+
+// restoreError explains a failed restore. What CRIU refuses is the new container's
+// surroundings (a process id of the checkpoint taken in a PID namespace the container
+// shares, a missing mount): FailedPrecondition, with CRIU's error lines.
+func restoreError(err error, criuLog string) error {
+	hint := ""
+	if strings.Contains(criuLog, "Can't fork for") && strings.Contains(criuLog, "File exists") {
+		hint = "; a process id of the checkpoint is in use in the PID namespace the container joins (its pod's, when " +
+			"the pod shares one): restore it into a pod where those ids are free, or with a PID namespace of its own"
+	}
+	return fmt.Errorf("restore from checkpoint: %v (CRIU: %s)%s: %w", err, criuLog, hint, errdefs.ErrFailedPrecondition)
+}

@@ -122,7 +122,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	pid, err := ctrd.StartTask(ctx, ts, c.ID)
 	if err != nil {
 		if restoreDir != "" {
-			return fmt.Errorf("restore from checkpoint: %w (CRIU: %s)", err, criuLogTail(filepath.Join(restoreDir, "restore.log")))
+			return restoreError(err, criuLogTail(filepath.Join(restoreDir, "restore.log")))
 		}
 		return fmt.Errorf("start task: %w", err)
 	}
