@@ -313,7 +313,8 @@ func copyRegularFile(src, dst string) error {
 }
 
 // writeArchive writes the tar of dir to a temporary file beside location, syncs it
-// and renames it to location, unless caller has given up by then.
+// and links it to location (never replacing a file there), unless caller has given
+// up by then.
 func writeArchive(ctx, caller context.Context, dir, location string) (retErr error) {
 	tmp, err := os.CreateTemp(filepath.Dir(location), "."+filepath.Base(location)+".tmp-*")
 	if err != nil {
@@ -340,9 +341,15 @@ func writeArchive(ctx, caller context.Context, dir, location string) (retErr err
 	if err := caller.Err(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), location); err != nil {
+	// A link, not a rename: a file that appeared at location since the request was
+	// checked is never replaced.
+	if err := os.Link(tmp.Name(), location); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			err = fmt.Errorf("%s exists: %w", location, errdefs.ErrAlreadyExists)
+		}
 		return fmt.Errorf("checkpoint archive: %w", err)
 	}
+	os.Remove(tmp.Name())
 	return nil
 }
 

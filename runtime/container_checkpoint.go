@@ -29,8 +29,8 @@ func (s *Service) CheckpointContainer(ctx context.Context, req *runtimeapi.Check
 	return &runtimeapi.CheckpointContainerResponse{}, nil
 }
 
-// validateCheckpointLocation accepts an absolute, clean path of a file (new or to be
-// replaced) in an existing directory.
+// validateCheckpointLocation accepts an absolute, clean path of a new file in an
+// existing directory.
 func validateCheckpointLocation(loc string) error {
 	if err := validateAbsPath("location", loc); err != nil {
 		return err
@@ -38,8 +38,10 @@ func validateCheckpointLocation(loc string) error {
 	if fi, err := os.Stat(filepath.Dir(loc)); err != nil || !fi.IsDir() {
 		return invalid("location", "the directory of %s does not exist", quote(loc))
 	}
-	if fi, err := os.Lstat(loc); err == nil && !fi.Mode().IsRegular() {
-		return invalid("location", "%s exists and is not a regular file", quote(loc))
+	if _, err := os.Lstat(loc); err == nil {
+		// Never overwrite: shimd runs as root, and a path given by mistake could
+		// name any file of the node.
+		return invalid("location", "%s exists: remove it first, or give a new path", quote(loc))
 	}
 	return nil
 }
