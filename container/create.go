@@ -190,6 +190,9 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 		return err
 	}
 	if c.restore != nil {
+		if err := c.restore.checkProcess(ociSpec); err != nil {
+			return err
+		}
 		if err := s.applyCheckpoint(ctx, c, mounts); err != nil {
 			return err
 		}

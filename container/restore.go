@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
 	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/pod"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +38,36 @@ type checkpointSource struct {
 	archive string // the archive's path, as the request gave it
 	dir     string // where it is unpacked (moved into the container's directory)
 	config  *metadata.ContainerConfig
+	// strict: the request's config must describe the checkpointed process (a pod
+	// restore: cri-api's RestorePod), checked by checkProcess.
+	strict bool
+}
+
+// checkProcess fails a strict restore whose new spec names another process than
+// the checkpoint's spec.dump: its arguments, working directory, user and group.
+// (The environment is not compared: the kubelet's service variables change with the
+// cluster.)
+func (cs *checkpointSource) checkProcess(sp *specs.Spec) error {
+	if !cs.strict {
+		return nil
+	}
+	old, _, err := metadata.ReadContainerCheckpointSpecDump(cs.dir)
+	if err != nil {
+		return fmt.Errorf("%s of %s: %v: %w", metadata.SpecDumpFile, cs.archive, err, errdefs.ErrInvalidArgument)
+	}
+	was, now := old.Process, sp.Process
+	switch {
+	case was == nil || now == nil:
+		return nil
+	case !slices.Equal(was.Args, now.Args):
+		return fmt.Errorf("config: the command %q is not the checkpointed process's %q: %w", now.Args, was.Args, errdefs.ErrInvalidArgument)
+	case was.Cwd != now.Cwd:
+		return fmt.Errorf("config.working_dir: %q is not the checkpointed process's %q: %w", now.Cwd, was.Cwd, errdefs.ErrInvalidArgument)
+	case was.User.UID != now.User.UID || was.User.GID != now.User.GID:
+		return fmt.Errorf("config: user %d:%d is not the checkpointed process's %d:%d: %w",
+			now.User.UID, now.User.GID, was.User.UID, was.User.GID, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // isCheckpointArchive tells whether CreateContainer's image names a checkpoint
@@ -139,7 +171,9 @@ func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, r
 	var err error
 	switch {
 	case fromDir != "":
-		cs, err = s.copyCheckpoint(fromDir)
+		if cs, err = s.copyCheckpoint(fromDir); err == nil {
+			cs.strict = true
+		}
 	case img == nil:
 		cs, err = s.openCheckpoint(ctx, ref)
 	default:

@@ -399,6 +399,7 @@ func TestCheckpointRestorePod(t *testing.T) {
 		"an option":        {CheckpointPath: dir, Config: restoredCfg, Options: map[string]string{"x": "y"}, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), cfgOf("b")}},
 		"a relative path":  {CheckpointPath: "cp", Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), cfgOf("b")}},
 		"the wrong image":  {CheckpointPath: dir, Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), wrongImage}},
+		"another command":  {CheckpointPath: dir, Config: restoredCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{cfgOf("a"), p.container("b", "sleep", "3600")}},
 	} {
 		_, err := rs.RestorePod(ctx, req)
 		require.Contains(t, []codes.Code{codes.InvalidArgument, codes.NotFound}, code(err), "%s: %v", name, err)
