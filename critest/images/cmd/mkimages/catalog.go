@@ -3,9 +3,13 @@ package main
 import (
 	"archive/tar"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path"
 
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -219,10 +223,48 @@ func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
 		file("etc/group", 0o644, []byte(group+"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")),
 		{Path: "home/user-defined-in-image", Type: tar.TypeDir, Mode: 0o755, UID: 1000, GID: 1000},
 	})
-	return &image{Names: []string{e2e + "agnhost:" + in.AgnhostTag}, Doc: "agnhost " + in.AgnhostTag + ": the real /agnhost on busybox, with a curl stand-in and bash as busybox sh",
-		Layers: with(bin, tools), Format: dockerV2List, Config: ocispec.ImageConfig{
+	registry := b.layer("fake-registry-server's /var/registry: pause:testing (the pause stand-in), as upstream's prepare_registry.sh lays out pause 3.10.2",
+		fakeRegistry(b, in.Helpers["pause"]))
+	return &image{Names: []string{e2e + "agnhost:" + in.AgnhostTag}, Doc: "agnhost " + in.AgnhostTag + ": the real /agnhost on busybox, with a curl stand-in, bash as busybox sh and fake-registry-server's pause:testing",
+		Layers: with(bin, tools, registry), Format: dockerV2List, Config: ocispec.ImageConfig{
 			Env: []string{pathEnv}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
 			ExposedPorts: map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}}
+}
+
+// fakeRegistry is the /var/registry tree that agnhost's fake-registry-server serves
+// (the Kubernetes e2e tests' private-registry pulls: localhost:5000/pause:testing), in
+// the layout of upstream's test/images/agnhost/fakeregistryserver/prepare_registry.sh:
+// pause/manifests/testing holds the manifest's digest, manifests and blobs lie at
+// <dir>/sha256/<first two hex>/<hex>/data. The image is the pause stand-in, one OCI
+// manifest (upstream keeps an index of the release's platforms).
+func fakeRegistry(b *builder, pause []byte) []entry {
+	l := b.layer("pause stand-in", []entry{file("pause", 0o755, pause)})
+	cfg, err := json.Marshal(ocispec.Image{
+		Created: &epoch, Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
+		Config: ocispec.ImageConfig{Entrypoint: []string{"/pause"}, User: "65535:65535"},
+		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{l.DiffID}},
+	})
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	man, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		Config: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
+		Layers: []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: l.Digest, Size: int64(len(l.Blob))}},
+	})
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	at := func(kind string, d digest.Digest) string {
+		return path.Join("var/registry/pause", kind, d.Algorithm().String(), d.Encoded()[:2], d.Encoded(), "data")
+	}
+	md := digest.FromBytes(man)
+	return []entry{
+		file("var/registry/pause/manifests/testing", 0o644, []byte(md.String()+"\n")),
+		file(at("manifests", md), 0o644, man),
+		file(at("blobs", digest.FromBytes(cfg)), 0o644, cfg),
+		file(at("blobs", l.Digest), 0o644, l.Blob),
+	}
 }
 
 // benchData is layer i of the bench image: incompressible bytes from
