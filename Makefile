@@ -97,6 +97,13 @@ integration-runsc: tools
 crash-soak: tools
 	CRASH_SOAK_ROUNDS=$${CRASH_SOAK_ROUNDS:-100} $(GO) test -tags integration -count=1 -timeout 30m -run TestCrashSoak -v ./critest/e2e/
 
+# A container whose liveness probe always fails, restarted 5 times by a real kubelet on
+# shimd and on containerd's CRI plugin: the restart delays must follow the kubelet's
+# crash-loop back-off (issue 32).
+.PHONY: e2e-liveness-backoff
+e2e-liveness-backoff: tools
+	bash hack/tools.sh kubelet && SHIMD_LIVENESS_BACKOFF=1 $(GO) test -tags integration -count=1 -timeout 20m -run TestKubeletLivenessBackoff -v ./critest/bench/
+
 # Upgrade in place: shimd built at UPGRADE_FROM (a git revision of this repository's
 # history) runs pods, then the current build takes over its state (TestUpgradeInPlace;
 # docs/operating.md, "Upgrading with pods running").

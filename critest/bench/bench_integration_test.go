@@ -90,11 +90,11 @@ type pair struct {
 // newPair starts the pair. Both run on the same containerd (namespaces "shimd" and
 // "k8s.io"), the same runc and the same CNI network (bridge + host-local + portmap),
 // from the same pause image bytes.
-func newPair(b *testing.B) *pair { return newPairOn(b, "") }
+func newPair(b testing.TB) *pair { return newPairOn(b, "") }
 
 // newPairOn is newPair whose pods run on the runtime handler given: with
 // harness.RunscHandler both also get the runsc handler (the same runsc and options).
-func newPairOn(b *testing.B, handler string) *pair {
+func newPairOn(b testing.TB, handler string) *pair {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
 	}
@@ -169,7 +169,7 @@ func BenchmarkPodLifecycle(b *testing.B) {
 
 // registryHosts starts the offline registry and returns a hosts.toml directory
 // that mirrors every registry to it.
-func registryHosts(b *testing.B) string {
+func registryHosts(b testing.TB) string {
 	reg := harness.StartRegistry(b, harness.RegistryOptions{})
 	hosts := b.TempDir()
 	reg.WriteHermeticHostsDir(b, hosts)
@@ -179,12 +179,12 @@ func registryHosts(b *testing.B) string {
 // startCRI starts a containerd with its CRI plugin, the CNI network in <base>/net.d
 // (the CRI plugin's conf dir) and a leak check of namespace k8s.io, makes it find
 // the sandbox image, and waits until it is ready.
-func startCRI(b *testing.B, hosts string) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+func startCRI(b testing.TB, hosts string) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
 	return startCRIOn(b, hosts, false)
 }
 
 // startCRIOn is startCRI, with the runsc handler in the CRI plugin if runsc.
-func startCRIOn(b *testing.B, hosts string, runsc bool) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+func startCRIOn(b testing.TB, hosts string, runsc bool) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
 	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts, LogLevel: benchLogLevel}})
 	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(b, err)
@@ -200,7 +200,7 @@ func startCRIOn(b *testing.B, hosts string, runsc bool) (*harness.Env, runtimeap
 // (there is no registry): it imports shimd's built-in pause image into
 // namespace k8s.io and names it harness.DefaultSandboxImage, labelled as
 // CRI's own PullImage would, then waits until CRI's ImageStatus sees it.
-func importSandboxImage(b *testing.B, env *harness.Env, is runtimeapi.ImageServiceClient) {
+func importSandboxImage(b testing.TB, env *harness.Env, is runtimeapi.ImageServiceClient) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
@@ -225,7 +225,7 @@ func importSandboxImage(b *testing.B, env *harness.Env, is runtimeapi.ImageServi
 
 // waitCRIReady waits until containerd's CRI reports RuntimeReady and
 // NetworkReady (it loads the CNI conf asynchronously).
-func waitCRIReady(b *testing.B, rt runtimeapi.RuntimeServiceClient) {
+func waitCRIReady(b testing.TB, rt runtimeapi.RuntimeServiceClient) {
 	b.Helper()
 	require.Eventually(b, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -193,7 +193,7 @@ func (tg *target) startedAfter(b *testing.B, written time.Time) time.Duration {
 // awaitPodGone waits until the kubelet has stopped the pod whose manifest was removed
 // (every sandbox NOTREADY, no container running), removes the sandboxes through CRI
 // and checks that the runtime lists no pod and no container.
-func (tg *target) awaitPodGone(b *testing.B) {
+func (tg *target) awaitPodGone(b testing.TB) {
 	b.Helper()
 	require.Eventually(b, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
