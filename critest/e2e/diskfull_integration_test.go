@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,5 +82,71 @@ func TestRootDirFull(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, entries, "pod files left in the root dir")
 	require.NoError(t, unix.Unmount(root, unix.MNT_DETACH))
+	env.CheckNoLeaks(t)
+}
+
+// shimd's state dir (network namespace pins, stdio FIFOs, shm mount points) on a
+// tmpfs out of inodes: new pods and containers are ResourceExhausted with nothing
+// half-made, what runs goes on, and pods run again once inodes are free.
+func TestStateDirOutOfInodes(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	state := env.Shimd.StateDir()
+	env.Shimd.Stop()
+	saved := t.TempDir()
+	require.NoError(t, exec.Command("cp", "-a", state+"/.", saved).Run())
+	require.NoError(t, unix.Mount("tmpfs", state, "tmpfs", 0, "size=64m,nr_inodes=4096,mode=0755"))
+	t.Cleanup(func() { _ = unix.Unmount(state, unix.MNT_DETACH) })
+	require.NoError(t, exec.Command("cp", "-a", saved+"/.", state).Run())
+	env.Shimd.Start(t)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, "inodes-running")
+	running := p.run(p.container("running", "sleep", "3600"))
+	podsBefore, ctrsBefore := len(listPods(t, rs, nil)), len(listContainers(t, rs))
+
+	// Use up the inodes.
+	fillDir := filepath.Join(state, "filler")
+	require.NoError(t, os.Mkdir(fillDir, 0o700))
+	for i := 0; ; i++ {
+		if f, err := os.Create(filepath.Join(fillDir, fmt.Sprint(i))); err != nil {
+			require.ErrorIs(t, err, unix.ENOSPC)
+			break
+		} else {
+			f.Close()
+		}
+	}
+	ctx := ctxT(t, time.Minute)
+	cfg := podConfig("inodes-new")
+	cfg.LogDirectory = t.TempDir()
+	_, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "RunPodSandbox without inodes in the state dir: %v", err)
+	t.Logf("RunPodSandbox: %v", err)
+	created, err := rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: p.id, Config: p.container("new", "sleep", "3600"), SandboxConfig: p.cfg})
+	if err == nil {
+		// CreateContainer makes nothing in the state dir; its start makes the FIFOs.
+		_, err = rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId})
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "StartContainer without inodes in the state dir: %v", err)
+		t.Logf("StartContainer: %v", err)
+		_, err = rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: created.ContainerId})
+		require.NoError(t, err)
+	} else {
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "CreateContainer without inodes in the state dir: %v", err)
+	}
+	require.Len(t, listPods(t, rs, nil), podsBefore, "a refused pod is listed")
+	require.Len(t, listContainers(t, rs), ctrsBefore, "a refused container is listed")
+	// The running container runs on; an exec needs FIFOs there too, and says so.
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, running).State)
+	_, err = execSync(t, rs, running, 10, "true")
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "ExecSync without inodes in the state dir: %v", err)
+
+	require.NoError(t, os.RemoveAll(fillDir))
+	_, err = execSync(t, rs, running, 10, "true")
+	require.NoError(t, err, "exec once there are inodes again")
+	p2 := newPod(t, rs, "inodes-new")
+	p2.run(p2.container("new", "sleep", "3600"))
+	stopRemove(t, rs, p2.id)
+	stopRemove(t, rs, p.id)
+	require.NoError(t, unix.Unmount(state, unix.MNT_DETACH))
 	env.CheckNoLeaks(t)
 }
