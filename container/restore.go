@@ -82,7 +82,7 @@ func isCheckpointArchive(image string) bool {
 // unpacked with containerd's layer applier, which keeps every entry under the
 // directory. A path that is not there is NotFound; a file that is not a checkpoint
 // archive InvalidArgument.
-func (s *Manager) openCheckpoint(ctx context.Context, path string) (_ *checkpointSource, retErr error) {
+func (s *Manager) openCheckpoint(ctx context.Context, path string) (*checkpointSource, error) {
 	if filepath.Clean(path) != path {
 		return nil, fmt.Errorf("config.image.image: checkpoint archive %q is not a clean path: %w", path, errdefs.ErrInvalidArgument)
 	}
@@ -96,7 +96,27 @@ func (s *Manager) openCheckpoint(ctx context.Context, path string) (_ *checkpoin
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("checkpoint archive %s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
 	}
-	dir, err := s.newRestoreDir()
+	return s.unpackCheckpoint(path, func(dir string) error {
+		r, err := compression.DecompressStream(f)
+		if err != nil {
+			return fmt.Errorf("checkpoint archive %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+		}
+		defer r.Close()
+		if _, err := archive.Apply(ctx, dir, r); err != nil {
+			return fmt.Errorf("checkpoint archive %s cannot be unpacked: %v: %w", path, err, errdefs.ErrInvalidArgument)
+		}
+		return nil
+	})
+}
+
+// unpackCheckpoint fills a new directory beside the containers' directories with
+// fill (a rename later moves it into one), checks it as a checkpoint of source and
+// reads its config.dump. On failure the directory is removed.
+func (s *Manager) unpackCheckpoint(source string, fill func(dir string) error) (_ *checkpointSource, retErr error) {
+	if err := os.MkdirAll(filepath.Join(s.dirs.root, containerDirName), 0o700); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(filepath.Join(s.dirs.root, containerDirName), ".restore-")
 	if err != nil {
 		return nil, err
 	}
@@ -105,24 +125,10 @@ func (s *Manager) openCheckpoint(ctx context.Context, path string) (_ *checkpoin
 			os.RemoveAll(dir)
 		}
 	}()
-	r, err := compression.DecompressStream(f)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint archive %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
+	if err := fill(dir); err != nil {
+		return nil, err
 	}
-	defer r.Close()
-	if _, err := archive.Apply(ctx, dir, r); err != nil {
-		return nil, fmt.Errorf("checkpoint archive %s cannot be unpacked: %v: %w", path, err, errdefs.ErrInvalidArgument)
-	}
-	return readCheckpoint(path, dir)
-}
-
-// newRestoreDir makes a directory to unpack a checkpoint into, beside the
-// containers' directories (a rename moves it into one).
-func (s *Manager) newRestoreDir() (string, error) {
-	if err := os.MkdirAll(filepath.Join(s.dirs.root, containerDirName), 0o700); err != nil {
-		return "", err
-	}
-	return os.MkdirTemp(filepath.Join(s.dirs.root, containerDirName), ".restore-")
+	return readCheckpoint(source, dir)
 }
 
 // readCheckpoint checks an unpacked checkpoint of source and reads its config.dump.
@@ -204,56 +210,42 @@ func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, r
 
 // copyCheckpoint copies an unpacked container checkpoint (of a pod checkpoint),
 // which a restore must not change.
-func (s *Manager) copyCheckpoint(src string) (_ *checkpointSource, retErr error) {
-	dir, err := s.newRestoreDir()
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if retErr != nil {
-			os.RemoveAll(dir)
+func (s *Manager) copyCheckpoint(src string) (*checkpointSource, error) {
+	return s.unpackCheckpoint(src, func(dir string) error {
+		if err := fs.CopyDir(dir, src); err != nil {
+			return fmt.Errorf("copy checkpoint %s: %w", src, err)
 		}
-	}()
-	if err := fs.CopyDir(dir, src); err != nil {
-		return nil, fmt.Errorf("copy checkpoint %s: %w", src, err)
-	}
-	return readCheckpoint(src, dir)
+		return nil
+	})
 }
 
 // openCheckpointImage copies the checkpoint out of an image made of a checkpoint
 // archive (its layers hold the archive's files at /), as openCheckpoint unpacks one.
-func (s *Manager) openCheckpointImage(ctx context.Context, img *image.Image, ref, snapshotter string) (_ *checkpointSource, retErr error) {
+func (s *Manager) openCheckpointImage(ctx context.Context, img *image.Image, ref, snapshotter string) (*checkpointSource, error) {
 	chainID := identity.ChainID(img.Config.RootFS.DiffIDs).String()
 	if err := s.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
 		return nil, err
 	}
-	dir, err := s.newRestoreDir()
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if retErr != nil {
-			os.RemoveAll(dir)
+	return s.unpackCheckpoint(ref, func(dir string) error {
+		lctx, done, err := s.ctrd.WithLease(ctx)
+		if err != nil {
+			return err
 		}
-	}()
-	lctx, done, err := s.ctrd.WithLease(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done(context.WithoutCancel(lctx))
-	sn := s.ctrd.SnapshotService(snapshotter)
-	key := fmt.Sprintf("checkpoint-image-view-%d", time.Now().UnixNano())
-	mounts, err := sn.View(lctx, key, chainID)
-	if err != nil {
-		return nil, fmt.Errorf("view of checkpoint image %s: %w", ref, err)
-	}
-	defer sn.Remove(context.WithoutCancel(lctx), key)
-	if err := mount.WithReadonlyTempMount(lctx, mounts, func(root string) error {
-		return fs.CopyDir(dir, root)
-	}); err != nil {
-		return nil, fmt.Errorf("copy the checkpoint out of image %s: %w", ref, err)
-	}
-	return readCheckpoint(ref, dir)
+		defer done(context.WithoutCancel(lctx))
+		sn := s.ctrd.SnapshotService(snapshotter)
+		key := fmt.Sprintf("checkpoint-image-view-%d", time.Now().UnixNano())
+		mounts, err := sn.View(lctx, key, chainID)
+		if err != nil {
+			return fmt.Errorf("view of checkpoint image %s: %w", ref, err)
+		}
+		defer sn.Remove(context.WithoutCancel(lctx), key)
+		if err := mount.WithReadonlyTempMount(lctx, mounts, func(root string) error {
+			return fs.CopyDir(dir, root)
+		}); err != nil {
+			return fmt.Errorf("copy the checkpoint out of image %s: %w", ref, err)
+		}
+		return nil
+	})
 }
 
 // checkpointImage finds the image the checkpointed container ran, by its reference

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
-	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/errdefs"
@@ -59,13 +57,7 @@ func (s *Collector) sample(ctx context.Context, p metricsPass, id string, pid ui
 	if pid != 0 {
 		tm.group = s.host.ownGroup(pid)
 	}
-	switch data.(type) {
-	case *v1.Metrics:
-		tm.psi = readPSI(tm.group)
-	case *v2.Metrics:
-		tm.swapFile = hasFile(tm.group, "memory.swap.current")
-	}
-	return sampleOf(tm)
+	return sampleOf(hostFacts(tm))
 }
 
 // ListPodStats is PodStats of each pod, with one metrics read for all tasks and one

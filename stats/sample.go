@@ -118,14 +118,19 @@ func readTask(ctx context.Context, cl ctrd.ContainerLoader, h hostFS, id string)
 	if err != nil {
 		return taskMetrics{}, fmt.Errorf("decode metrics of %s: %w", id, err)
 	}
-	tm := taskMetrics{data: data, at: m.Timestamp.AsTime(), group: h.ownGroup(task.Pid())}
-	switch data.(type) {
+	return hostFacts(taskMetrics{data: data, at: m.Timestamp.AsTime(), group: h.ownGroup(task.Pid())}), nil
+}
+
+// hostFacts adds what shimd reads beside containerd's metrics in the task's own
+// cgroup2 group: pressure on a hybrid v1 host, whether swap is accounted on v2.
+func hostFacts(tm taskMetrics) taskMetrics {
+	switch tm.data.(type) {
 	case *v1.Metrics:
 		tm.psi = readPSI(tm.group)
 	case *v2.Metrics:
 		tm.swapFile = hasFile(tm.group, "memory.swap.current")
 	}
-	return tm, nil
+	return tm
 }
 
 // taskSample reads a task's cgroup through containerd (v1 and v2).

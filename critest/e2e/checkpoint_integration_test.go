@@ -31,6 +31,17 @@ import (
 // where it was, which only a restored process can.
 const counterScript = `i=0; while true; do i=$((i+1)); echo "n=$i"; echo $i > /count; sleep 0.1; done`
 
+// checkpointEnv is a root test's environment with busybox pulled, skipped where CRIU
+// does not work.
+func checkpointEnv(t *testing.T) (*harness.Env, runtimeapi.RuntimeServiceClient) {
+	t.Helper()
+	requireRoot(t)
+	requireCRIU(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	return env, env.Shimd.Runtime(t)
+}
+
 func requireCRIU(t *testing.T) {
 	t.Helper()
 	out, err := exec.Command("criu", "check").CombinedOutput()
@@ -85,11 +96,7 @@ func tarNames(t *testing.T, r io.Reader) map[string][]byte {
 // container running; CreateContainer from that archive in another pod restores the
 // process, which counts on from where it was, with its writable layer.
 func TestCheckpointRestoreContainer(t *testing.T) {
-	requireRoot(t)
-	requireCRIU(t)
-	env, _ := imageEnv(t, harness.Options{})
-	pull(t, env, busyboxImage)
-	rs := env.Shimd.Runtime(t)
+	env, rs := checkpointEnv(t)
 	p := newPod(t, rs, "cp-source")
 	id := p.run(p.container("counter", "sh", "-c", counterScript))
 	logPath := filepath.Join(p.logDir, "counter.log")
@@ -213,11 +220,7 @@ func readFile(t *testing.T, path string) string {
 
 // Bad checkpoint and restore requests get clear codes and leave nothing behind.
 func TestCheckpointRestoreRefusals(t *testing.T) {
-	requireRoot(t)
-	requireCRIU(t)
-	env, _ := imageEnv(t, harness.Options{})
-	pull(t, env, busyboxImage)
-	rs := env.Shimd.Runtime(t)
+	env, rs := checkpointEnv(t)
 	p := newPod(t, rs, "cp-refusals")
 	created := p.create(p.container("created", "sleep", "3600"))
 	dir := t.TempDir()
@@ -259,9 +262,7 @@ func TestCheckpointRestoreRefusals(t *testing.T) {
 // of touched memory that prints "tick" ten times a second, once it is "ready".
 func hogContainer(t *testing.T, podName string) (*harness.Env, runtimeapi.RuntimeServiceClient, *podFixture, string, string) {
 	t.Helper()
-	env, _ := imageEnv(t, harness.Options{})
-	pull(t, env, busyboxImage)
-	rs := env.Shimd.Runtime(t)
+	env, rs := checkpointEnv(t)
 	p := newPod(t, rs, podName)
 	id := p.run(p.container("hog", "awk", `BEGIN { s = sprintf("%268435456s", ""); print "ready"; fflush(); while (1) { print "tick"; fflush(); system("sleep 0.1") } }`))
 	logPath := filepath.Join(p.logDir, "hog.log")
@@ -274,8 +275,6 @@ func hogContainer(t *testing.T, podName string) (*harness.Env, runtimeapi.Runtim
 // second checkpoint waits its turn (FailedPrecondition while the first dumps) and
 // then succeeds.
 func TestCheckpointTimeout(t *testing.T) {
-	requireRoot(t)
-	requireCRIU(t)
 	// 256 MiB of touched memory: its dump takes longer than the 1 s timeout.
 	env, rs, p, id, _ := hogContainer(t, "cp-timeout")
 	dir := t.TempDir()
@@ -332,11 +331,7 @@ func dirDigest(t *testing.T, dir string) string {
 // and their StartContainer restores them: each counts on from its checkpoint. The
 // checkpoint is not changed. Bad requests are refused with nothing left behind.
 func TestCheckpointRestorePod(t *testing.T) {
-	requireRoot(t)
-	requireCRIU(t)
-	env, _ := imageEnv(t, harness.Options{})
-	pull(t, env, busyboxImage)
-	rs := env.Shimd.Runtime(t)
+	env, rs := checkpointEnv(t)
 	p := newPod(t, rs, "pod-cp")
 	script := func(name string) string { return strings.ReplaceAll(counterScript, "/count", "/"+name) }
 	a := p.run(p.container("a", "sh", "-c", script("a")))
@@ -449,8 +444,6 @@ func TestCheckpointRestorePod(t *testing.T) {
 // dumped): after the restart the container runs, not paused, and its checkpoint
 // leaves nothing behind.
 func TestKill9DuringCheckpointResumesTheTask(t *testing.T) {
-	requireRoot(t)
-	requireCRIU(t)
 	env, rs, p, id, logPath := hogContainer(t, "cp-kill9")
 	dir := t.TempDir()
 	errc := inBackground(func(ctx context.Context) error {
@@ -488,11 +481,7 @@ func TestKill9DuringCheckpointResumesTheTask(t *testing.T) {
 // to dump) is FailedPrecondition with CRIU's reason; the container runs on and no
 // archive is left.
 func TestCheckpointDumpFails(t *testing.T) {
-	requireRoot(t)
-	requireCRIU(t)
-	env, _ := imageEnv(t, harness.Options{})
-	pull(t, env, busyboxImage)
-	rs := env.Shimd.Runtime(t)
+	env, rs := checkpointEnv(t)
 	p := newPod(t, rs, "cp-tcp")
 	id := p.run(p.container("tcp", "sh", "-c",
 		`nc -l -p 9000 >/dev/null & sleep 0.5; echo connected; while true; do echo x; sleep 1; done | nc 127.0.0.1 9000`))

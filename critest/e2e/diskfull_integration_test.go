@@ -34,6 +34,20 @@ func fill(t *testing.T, path string) {
 	}
 }
 
+// onTmpfs moves dir, one of shimd's directories, onto a tmpfs mounted with opts:
+// shimd is stopped, the contents copied over and shimd started again. The test
+// unmounts it before its leak check; a cleanup does if it fails first.
+func onTmpfs(t *testing.T, env *harness.Env, dir, opts string) {
+	t.Helper()
+	env.Shimd.Stop()
+	saved := t.TempDir()
+	require.NoError(t, exec.Command("cp", "-a", dir+"/.", saved).Run())
+	require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, opts))
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	require.NoError(t, exec.Command("cp", "-a", saved+"/.", dir).Run())
+	env.Shimd.Start(t)
+}
+
 // shimd's root dir on a small tmpfs that fills up: a new pod and a new container
 // are ResourceExhausted with nothing half-made; what runs goes on and can be
 // inspected, stopped and removed; once there is room again, pods run as before.
@@ -42,13 +56,7 @@ func TestRootDirFull(t *testing.T) {
 	env, _ := imageEnv(t, harness.Options{})
 	pull(t, env, busyboxImage)
 	root := env.Shimd.RootDir()
-	env.Shimd.Stop()
-	saved := t.TempDir()
-	require.NoError(t, exec.Command("cp", "-a", root+"/.", saved).Run())
-	require.NoError(t, unix.Mount("tmpfs", root, "tmpfs", 0, "size=16m,mode=0700"))
-	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	require.NoError(t, exec.Command("cp", "-a", saved+"/.", root).Run())
-	env.Shimd.Start(t)
+	onTmpfs(t, env, root, "size=16m,mode=0700")
 	rs := env.Shimd.Runtime(t)
 
 	p := newPod(t, rs, "full-running")
@@ -93,13 +101,7 @@ func TestStateDirOutOfInodes(t *testing.T) {
 	env, _ := imageEnv(t, harness.Options{})
 	pull(t, env, busyboxImage)
 	state := env.Shimd.StateDir()
-	env.Shimd.Stop()
-	saved := t.TempDir()
-	require.NoError(t, exec.Command("cp", "-a", state+"/.", saved).Run())
-	require.NoError(t, unix.Mount("tmpfs", state, "tmpfs", 0, "size=64m,nr_inodes=4096,mode=0755"))
-	t.Cleanup(func() { _ = unix.Unmount(state, unix.MNT_DETACH) })
-	require.NoError(t, exec.Command("cp", "-a", saved+"/.", state).Run())
-	env.Shimd.Start(t)
+	onTmpfs(t, env, state, "size=64m,nr_inodes=4096,mode=0755")
 	rs := env.Shimd.Runtime(t)
 	p := newPod(t, rs, "inodes-running")
 	running := p.run(p.container("running", "sleep", "3600"))
