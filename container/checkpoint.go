@@ -29,6 +29,15 @@ import (
 // checkpoint is assembled before it is archived; it never outlives the request.
 const checkpointWorkDirName = "checkpoint-work"
 
+// Checkpoints is the container manager's checkpoint and restore part: it dumps
+// running containers with CRIU through runc (CheckpointContainer, CheckpointPod) and
+// makes new containers from a checkpoint (an archive, an image of one, or a
+// CheckpointPod directory), restored at their start.
+type Checkpoints struct {
+	m    *Manager
+	criu *criuChecker // whether CRIU can checkpoint and restore
+}
+
 // Checkpoint writes a checkpoint archive of a RUNNING container at location and
 // leaves the container running. The archive has the layout containerd's CRI plugin
 // writes, which checkpointctl reads:
@@ -50,8 +59,8 @@ const checkpointWorkDirName = "checkpoint-work"
 // parasite in it. A caller that gives up gets its error at once; the dump goes on,
 // its result is thrown away, and the task is resumed when it ends (within
 // maxCheckpointTime). One checkpoint of a container runs at a time.
-func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout time.Duration) error {
-	c, err := s.containers.get(id)
+func (k *Checkpoints) Checkpoint(ctx context.Context, id, location string, timeout time.Duration) error {
+	c, err := k.m.containers.get(id)
 	if err != nil {
 		return err
 	}
@@ -59,7 +68,7 @@ func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 		return fmt.Errorf("container %s is %s: only a running container can be checkpointed: %w",
 			id, strings.TrimPrefix(st.State.String(), "CONTAINER_"), errdefs.ErrFailedPrecondition)
 	}
-	if err := s.criu.check(ctx); err != nil {
+	if err := k.criu.check(ctx); err != nil {
 		return err
 	}
 	if !c.checkpointing.CompareAndSwap(false, true) {
@@ -76,7 +85,7 @@ func (s *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 		defer c.checkpointing.Store(false)
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCheckpointTime)
 		defer cancel()
-		done <- s.checkpoint(dctx, ctx, c, location)
+		done <- k.checkpoint(dctx, ctx, c, location)
 	}()
 	select {
 	case err := <-done:
@@ -92,9 +101,9 @@ const maxCheckpointTime = 30 * time.Minute
 
 // checkpoint does the work of Checkpoint under ctx; the archive is only put in
 // place while caller still waits.
-func (s *Manager) checkpoint(ctx, caller context.Context, c *Container, location string) error {
+func (k *Checkpoints) checkpoint(ctx, caller context.Context, c *Container, location string) error {
 	start := time.Now()
-	work := filepath.Join(s.dirs.containerDir(c.ID), checkpointWorkDirName)
+	work := filepath.Join(k.m.dirs.containerDir(c.ID), checkpointWorkDirName)
 	// A leftover of a checkpoint cut short by a crash of shimd goes first; RemoveAll
 	// removes a link itself, never what it points to.
 	if err := os.RemoveAll(work); err != nil {
@@ -105,10 +114,10 @@ func (s *Manager) checkpoint(ctx, caller context.Context, c *Container, location
 	}
 	defer os.RemoveAll(work)
 
-	if err := s.dumpTask(ctx, c, work); err != nil {
+	if err := k.dumpTask(ctx, c, work); err != nil {
 		return err
 	}
-	if err := s.writeCheckpointFiles(ctx, c, work); err != nil {
+	if err := k.writeCheckpointFiles(ctx, c, work); err != nil {
 		return err
 	}
 	if err := writeArchive(ctx, caller, work, location); err != nil {
@@ -120,30 +129,30 @@ func (s *Manager) checkpoint(ctx, caller context.Context, c *Container, location
 
 // dumpTask pauses the task, has runc dump it with CRIU into work/checkpoint (leaving
 // it running), writes the writable layer's diff, and resumes the task.
-func (s *Manager) dumpTask(ctx context.Context, c *Container, work string) (retErr error) {
-	if err := s.pauseTask(ctx, c); err != nil {
+func (k *Checkpoints) dumpTask(ctx context.Context, c *Container, work string) (retErr error) {
+	if err := k.pauseTask(ctx, c); err != nil {
 		return err
 	}
 	defer func() {
-		if err := s.resumeTask(ctx, c); err != nil && retErr == nil {
+		if err := k.resumeTask(ctx, c); err != nil && retErr == nil {
 			retErr = err
 		}
 	}()
-	return s.dumpPaused(ctx, c, work)
+	return k.dumpPaused(ctx, c, work)
 }
 
-func (s *Manager) pauseTask(ctx context.Context, c *Container) error {
-	if _, err := s.ctrd.TaskService().Pause(ctx, &tasksapi.PauseTaskRequest{ContainerID: c.ID}); err != nil {
+func (k *Checkpoints) pauseTask(ctx context.Context, c *Container) error {
+	if _, err := k.m.ctrd.TaskService().Pause(ctx, &tasksapi.PauseTaskRequest{ContainerID: c.ID}); err != nil {
 		return fmt.Errorf("pause container %s: %w", c.ID, errgrpc.ToNative(err))
 	}
 	return nil
 }
 
 // resumeTask resumes a paused task, also when ctx is done.
-func (s *Manager) resumeTask(ctx context.Context, c *Container) error {
-	rctx, cancel := s.detachedContext(ctx)
+func (k *Checkpoints) resumeTask(ctx context.Context, c *Container) error {
+	rctx, cancel := k.m.detachedContext(ctx)
 	defer cancel()
-	if _, err := s.ctrd.TaskService().Resume(rctx, &tasksapi.ResumeTaskRequest{ContainerID: c.ID}); err != nil {
+	if _, err := k.m.ctrd.TaskService().Resume(rctx, &tasksapi.ResumeTaskRequest{ContainerID: c.ID}); err != nil {
 		err = errgrpc.ToNative(err)
 		log.G(ctx).WithError(err).WithField("container", c.ID).Error("resume after checkpoint")
 		return fmt.Errorf("resume container %s after its checkpoint: %w", c.ID, err)
@@ -153,7 +162,7 @@ func (s *Manager) resumeTask(ctx context.Context, c *Container) error {
 
 // dumpPaused has runc dump a paused task with CRIU into work/checkpoint, leaving it
 // running, and writes the writable layer's diff to work/rootfs-diff.tar.
-func (s *Manager) dumpPaused(ctx context.Context, c *Container, work string) error {
+func (k *Checkpoints) dumpPaused(ctx context.Context, c *Container, work string) error {
 	opts, err := typeurl.MarshalAnyToProto(&options.CheckpointOptions{
 		Exit:      false,
 		ImagePath: filepath.Join(work, metadata.CheckpointDirectory),
@@ -162,7 +171,7 @@ func (s *Manager) dumpPaused(ctx context.Context, c *Container, work string) err
 	if err != nil {
 		return err
 	}
-	if _, err := s.ctrd.TaskService().Checkpoint(ctx, &tasksapi.CheckpointTaskRequest{ContainerID: c.ID, Options: opts}); err != nil {
+	if _, err := k.m.ctrd.TaskService().Checkpoint(ctx, &tasksapi.CheckpointTaskRequest{ContainerID: c.ID, Options: opts}); err != nil {
 		err = errgrpc.ToNative(err)
 		if ctx.Err() != nil {
 			return fmt.Errorf("checkpoint container %s: %w: %v", c.ID, ctx.Err(), err)
@@ -177,7 +186,7 @@ func (s *Manager) dumpPaused(ctx context.Context, c *Container, work string) err
 		return err
 	}
 	defer f.Close()
-	if err := s.rootfsDiff(ctx, c, f); err != nil {
+	if err := k.rootfsDiff(ctx, c, f); err != nil {
 		return fmt.Errorf("writable layer of container %s: %w", c.ID, err)
 	}
 	return f.Close()
@@ -186,8 +195,8 @@ func (s *Manager) dumpPaused(ctx context.Context, c *Container, work string) err
 // rootfsDiff writes the changes of the container's writable layer against its image
 // as a tar stream. An overlay layer's changes are its upper directory: only that is
 // walked (as containerd's differ does for overlay upper dirs).
-func (s *Manager) rootfsDiff(ctx context.Context, c *Container, w io.Writer) error {
-	sn := s.ctrd.SnapshotService(c.Snapshotter)
+func (k *Checkpoints) rootfsDiff(ctx context.Context, c *Container, w io.Writer) error {
+	sn := k.m.ctrd.SnapshotService(c.Snapshotter)
 	upper, err := sn.Mounts(ctx, c.ID)
 	if err != nil {
 		return err
@@ -196,7 +205,7 @@ func (s *Manager) rootfsDiff(ctx context.Context, c *Container, w io.Writer) err
 	if err != nil {
 		return err
 	}
-	lctx, done, err := s.ctrd.WithLease(ctx)
+	lctx, done, err := k.m.ctrd.WithLease(ctx)
 	if err != nil {
 		return err
 	}
@@ -254,9 +263,9 @@ func overlayUpperDir(m []mount.Mount) string {
 }
 
 // writeCheckpointFiles writes config.dump, spec.dump, status.dump and container.log.
-func (s *Manager) writeCheckpointFiles(ctx context.Context, c *Container, work string) error {
+func (k *Checkpoints) writeCheckpointFiles(ctx context.Context, c *Container, work string) error {
 	status := toContainerStatus(c, c.Status())
-	rec, err := s.ctrd.ContainerService().Get(ctx, c.ID)
+	rec, err := k.m.ctrd.ContainerService().Get(ctx, c.ID)
 	if err != nil {
 		return fmt.Errorf("containerd container %s: %w", c.ID, err)
 	}

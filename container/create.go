@@ -75,7 +75,7 @@ func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	if err != nil {
 		return nil, err
 	}
-	img, imageName, restore, err := s.createImage(ctx, sb, rt, cfg.GetImage().GetImage(), fromDir)
+	img, imageName, restore, err := s.ckpt.createImage(ctx, sb, rt, cfg.GetImage().GetImage(), fromDir)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	// is also made first when paths of the request are to be checked in it.
 	db := s.userDBs.get(parent)
 	var mounts []mount.Mount
-	prepared := db == nil || s.mayNeedRootfs(parent, c.Config) || c.restore != nil
+	prepared := db == nil || s.treesOK.mayNeedRootfs(parent, c.Config) || c.restore != nil
 	if prepared {
 		// The layer has to exist before the record that names it: a lease keeps it
 		// from containerd's garbage collector until then.
@@ -186,14 +186,14 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	if err != nil {
 		return err
 	}
-	if err := s.checkTreePaths(ctx, parent, c.Config, ociSpec, mounts); err != nil {
+	if err := s.treesOK.checkTreePaths(ctx, parent, c.Config, ociSpec, mounts); err != nil {
 		return err
 	}
 	if c.restore != nil {
 		if err := c.restore.checkProcess(ociSpec); err != nil {
 			return err
 		}
-		if err := s.applyCheckpoint(ctx, c, mounts); err != nil {
+		if err := s.ckpt.applyCheckpoint(ctx, c, mounts); err != nil {
 			return err
 		}
 		defer func() {

@@ -71,10 +71,10 @@ func treePaths(cfg *runtimeapi.ContainerConfig) []treePath {
 // in this image (chain id) before, so the writable layer is prepared before the
 // container record. The kubelet's masked and read-only paths are all in /proc and
 // /sys, which the image does not hold.
-func (s *Manager) mayNeedRootfs(chainID string, cfg *runtimeapi.ContainerConfig) bool {
+func (tc *treeCache) mayNeedRootfs(chainID string, cfg *runtimeapi.ContainerConfig) bool {
 	return slices.ContainsFunc(treePaths(cfg), func(p treePath) bool {
 		c := path.Clean(p.path)
-		return !under(c, "/proc") && !under(c, "/sys") && !s.treesOK.has(chainID, treePath{path: c, fileOK: p.fileOK})
+		return !under(c, "/proc") && !under(c, "/sys") && !tc.has(chainID, treePath{path: c, fileOK: p.fileOK})
 	})
 }
 
@@ -82,12 +82,12 @@ func (s *Manager) mayNeedRootfs(chainID string, cfg *runtimeapi.ContainerConfig)
 // (treePathsOutsideImage), and those left in the image's rootfs in the writable layer
 // (rootfs, mounted read-only, and only for paths not found sound in this image
 // before). A file where a directory must be is InvalidArgument naming the field.
-func (s *Manager) checkTreePaths(ctx context.Context, chainID string, cfg *runtimeapi.ContainerConfig, sp *specs.Spec, rootfs []mount.Mount) error {
+func (tc *treeCache) checkTreePaths(ctx context.Context, chainID string, cfg *runtimeapi.ContainerConfig, sp *specs.Spec, rootfs []mount.Mount) error {
 	inImage, err := treePathsOutsideImage(cfg, sp)
 	if err != nil {
 		return err
 	}
-	inImage = slices.DeleteFunc(inImage, func(p treePath) bool { return s.treesOK.has(chainID, p) })
+	inImage = slices.DeleteFunc(inImage, func(p treePath) bool { return tc.has(chainID, p) })
 	if len(inImage) == 0 || len(rootfs) == 0 {
 		return nil
 	}
@@ -99,7 +99,7 @@ func (s *Manager) checkTreePaths(ctx context.Context, chainID string, cfg *runti
 		return fmt.Errorf("mount the writable layer to check paths: %w", err)
 	}
 	if found == nil {
-		s.treesOK.add(chainID, inImage)
+		tc.add(chainID, inImage)
 	}
 	return found
 }

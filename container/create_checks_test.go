@@ -141,15 +141,15 @@ func TestMayNeedRootfs(t *testing.T) {
 		MaskedPaths:   []string{"/proc/acpi", "/proc/kcore", "/sys/firmware", "/sys/devices/virtual/powercap"},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/sys", "/proc/sysrq-trigger"}}}}
 	m := &Manager{}
-	require.False(t, m.mayNeedRootfs("c1", kubelet), "the kubelet's default lists")
-	require.False(t, m.mayNeedRootfs("c1", &runtimeapi.ContainerConfig{}))
+	require.False(t, m.treesOK.mayNeedRootfs("c1", kubelet), "the kubelet's default lists")
+	require.False(t, m.treesOK.mayNeedRootfs("c1", &runtimeapi.ContainerConfig{}))
 	app := &runtimeapi.ContainerConfig{WorkingDir: "/app/./"}
-	require.True(t, m.mayNeedRootfs("c1", app))
+	require.True(t, m.treesOK.mayNeedRootfs("c1", app))
 	m.treesOK.add("c1", []treePath{{path: "/app"}})
-	require.False(t, m.mayNeedRootfs("c1", app), "found sound in this image before")
-	require.True(t, m.mayNeedRootfs("c2", app), "another image")
+	require.False(t, m.treesOK.mayNeedRootfs("c1", app), "found sound in this image before")
+	require.True(t, m.treesOK.mayNeedRootfs("c2", app), "another image")
 	kubelet.Linux.SecurityContext.MaskedPaths = append(kubelet.Linux.SecurityContext.MaskedPaths, "/etc/secret")
-	require.True(t, m.mayNeedRootfs("c1", kubelet))
+	require.True(t, m.treesOK.mayNeedRootfs("c1", kubelet))
 }
 
 // FuzzTreePaths: any working directory or masked path is judged against an image

@@ -113,8 +113,8 @@ type Manager struct {
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	creating   sync.Map       // ids of containers whose CreateContainer is in progress
 	userDBs    userDBCache    // images' /etc/passwd and /etc/group, by chain id
-	criu       *criuChecker   // whether CRIU can checkpoint and restore
-	treesOK    treeCache      // paths of requests found sound in images, by chain id
+	ckpt       *Checkpoints
+	treesOK    treeCache // paths of requests found sound in images, by chain id
 	// unknownBefore are the containerd containers the last SweepOrphans found
 	// unknown (only SweepOrphans, one at a time, uses it).
 	unknownBefore map[string]bool
@@ -136,7 +136,7 @@ func New(opts Options) *Manager {
 	s.events = &Events{m: s}
 	s.exits = &Exits{m: s}
 	s.dirs = dirs{root: opts.RootDir, state: opts.StateDir}
-	s.criu = newCRIUChecker()
+	s.ckpt = &Checkpoints{m: s, criu: newCRIUChecker()}
 	s.volumes = &imageVolumes{m: s}
 	s.cdi = cdiInjector{registry: opts.CDI}
 	return s
@@ -147,6 +147,10 @@ func (s *Manager) Node() NodeInfo { return s.opts.Node }
 
 // Events publishes container and pod lifecycle events (events.go).
 func (s *Manager) Events() *Events { return s.events }
+
+// Checkpoints checkpoints containers and pods with CRIU and restores them
+// (checkpoint.go, restore.go, pod_checkpoint.go).
+func (s *Manager) Checkpoints() *Checkpoints { return s.ckpt }
 
 // Exits records the exits and OOM kills the event monitor sees (exit.go).
 func (s *Manager) Exits() *Exits { return s.exits }

@@ -57,8 +57,8 @@ type PodCheckpointContainer struct {
 // a dump in progress is not cut short (see Checkpoint), so an expired deadline
 // returns once that dump has ended and the pod is resumed. On failure nothing is
 // left in dir.
-func (s *Manager) CheckpointPod(ctx context.Context, podID, dir string, ids []string) (retErr error) {
-	sb, err := s.opts.Pods.Pod(podID)
+func (k *Checkpoints) CheckpointPod(ctx context.Context, podID, dir string, ids []string) (retErr error) {
+	sb, err := k.m.opts.Pods.Pod(podID)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (s *Manager) CheckpointPod(ctx context.Context, podID, dir string, ids []st
 	var cs []*Container
 	names := map[string]bool{}
 	for i, id := range ids {
-		c, err := s.containers.get(id)
+		c, err := k.m.containers.get(id)
 		if err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ func (s *Manager) CheckpointPod(ctx context.Context, podID, dir string, ids []st
 		names[name] = true
 		cs = append(cs, c)
 	}
-	if err := s.criu.check(ctx); err != nil {
+	if err := k.criu.check(ctx); err != nil {
 		return err
 	}
 	for i, c := range cs {
@@ -120,13 +120,13 @@ func (s *Manager) CheckpointPod(ctx context.Context, podID, dir string, ids []st
 	var paused []*Container
 	defer func() {
 		for _, c := range paused {
-			if err := s.resumeTask(ctx, c); err != nil && retErr == nil {
+			if err := k.resumeTask(ctx, c); err != nil && retErr == nil {
 				retErr = err
 			}
 		}
 	}()
 	for _, c := range cs {
-		if err := s.pauseTask(ctx, c); err != nil {
+		if err := k.pauseTask(ctx, c); err != nil {
 			return err
 		}
 		paused = append(paused, c)
@@ -141,10 +141,10 @@ func (s *Manager) CheckpointPod(ctx context.Context, podID, dir string, ids []st
 		if err := os.MkdirAll(work, 0o700); err != nil {
 			return err
 		}
-		if err := s.dumpPaused(ctx, c, work); err != nil {
+		if err := k.dumpPaused(ctx, c, work); err != nil {
 			return err
 		}
-		if err := s.writeCheckpointFiles(ctx, c, work); err != nil {
+		if err := k.writeCheckpointFiles(ctx, c, work); err != nil {
 			return err
 		}
 		cfg, err := protojson.Marshal(c.Config)
@@ -203,6 +203,6 @@ func ReadPodCheckpoint(dir string) (*PodCheckpoint, error) {
 // CreateFromCheckpoint creates, in a READY pod, a container to be restored from
 // the container checkpoint in dir (a directory of a pod checkpoint), which is copied
 // and not changed. cfg's image must be the checkpointed container's image.
-func (s *Manager) CreateFromCheckpoint(ctx context.Context, req *runtimeapi.CreateContainerRequest, dir string) (*runtimeapi.CreateContainerResponse, error) {
-	return s.create(ctx, req, dir)
+func (k *Checkpoints) CreateFromCheckpoint(ctx context.Context, req *runtimeapi.CreateContainerRequest, dir string) (*runtimeapi.CreateContainerResponse, error) {
+	return k.m.create(ctx, req, dir)
 }

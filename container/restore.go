@@ -82,7 +82,7 @@ func isCheckpointArchive(image string) bool {
 // unpacked with containerd's layer applier, which keeps every entry under the
 // directory. A path that is not there is NotFound; a file that is not a checkpoint
 // archive InvalidArgument.
-func (s *Manager) openCheckpoint(ctx context.Context, path string) (*checkpointSource, error) {
+func (k *Checkpoints) openCheckpoint(ctx context.Context, path string) (*checkpointSource, error) {
 	if filepath.Clean(path) != path {
 		return nil, fmt.Errorf("config.image.image: checkpoint archive %q is not a clean path: %w", path, errdefs.ErrInvalidArgument)
 	}
@@ -96,7 +96,7 @@ func (s *Manager) openCheckpoint(ctx context.Context, path string) (*checkpointS
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("checkpoint archive %s is not a regular file: %w", path, errdefs.ErrInvalidArgument)
 	}
-	return s.unpackCheckpoint(path, func(dir string) error {
+	return k.unpackCheckpoint(path, func(dir string) error {
 		r, err := compression.DecompressStream(f)
 		if err != nil {
 			return fmt.Errorf("checkpoint archive %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
@@ -112,11 +112,11 @@ func (s *Manager) openCheckpoint(ctx context.Context, path string) (*checkpointS
 // unpackCheckpoint fills a new directory beside the containers' directories with
 // fill (a rename later moves it into one), checks it as a checkpoint of source and
 // reads its config.dump. On failure the directory is removed.
-func (s *Manager) unpackCheckpoint(source string, fill func(dir string) error) (_ *checkpointSource, retErr error) {
-	if err := os.MkdirAll(filepath.Join(s.dirs.root, containerDirName), 0o700); err != nil {
+func (k *Checkpoints) unpackCheckpoint(source string, fill func(dir string) error) (_ *checkpointSource, retErr error) {
+	if err := os.MkdirAll(filepath.Join(k.m.dirs.root, containerDirName), 0o700); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(filepath.Join(s.dirs.root, containerDirName), ".restore-")
+	dir, err := os.MkdirTemp(filepath.Join(k.m.dirs.root, containerDirName), ".restore-")
 	if err != nil {
 		return nil, err
 	}
@@ -151,11 +151,11 @@ func readCheckpoint(source, dir string) (*checkpointSource, error) {
 // the org.criu.checkpoint.container.name annotation), then the image the
 // checkpointed container ran. It returns the image, the name the container
 // reports, and the checkpoint if any (its close removes what was unpacked).
-func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, ref, fromDir string) (_ *image.Image, _ string, _ *checkpointSource, retErr error) {
+func (k *Checkpoints) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, ref, fromDir string) (_ *image.Image, _ string, _ *checkpointSource, retErr error) {
 	var img *image.Image
 	if !isCheckpointArchive(ref) {
 		var err error
-		if img, err = s.opts.Images.Find(ctx, ref); err != nil {
+		if img, err = k.m.opts.Images.Find(ctx, ref); err != nil {
 			return nil, "", nil, err
 		}
 		if img.Annotations[metadata.CheckpointAnnotationName] == "" && fromDir == "" {
@@ -170,20 +170,20 @@ func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, r
 	if _, isRunc := rt.Options.(*options.Options); !isRunc {
 		return nil, "", nil, fmt.Errorf("restoring a checkpoint needs a runc runtime handler, not %q: %w", rt.Type, errdefs.ErrFailedPrecondition)
 	}
-	if err := s.criu.check(ctx); err != nil {
+	if err := k.criu.check(ctx); err != nil {
 		return nil, "", nil, err
 	}
 	var cs *checkpointSource
 	var err error
 	switch {
 	case fromDir != "":
-		if cs, err = s.copyCheckpoint(fromDir); err == nil {
+		if cs, err = k.copyCheckpoint(fromDir); err == nil {
 			cs.strict = true
 		}
 	case img == nil:
-		cs, err = s.openCheckpoint(ctx, ref)
+		cs, err = k.openCheckpoint(ctx, ref)
 	default:
-		cs, err = s.openCheckpointImage(ctx, img, ref, rt.Snapshotter)
+		cs, err = k.openCheckpointImage(ctx, img, ref, rt.Snapshotter)
 	}
 	if err != nil {
 		return nil, "", nil, err
@@ -193,7 +193,7 @@ func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, r
 			cs.close()
 		}
 	}()
-	cimg, name, err := s.checkpointImage(ctx, cs)
+	cimg, name, err := k.checkpointImage(ctx, cs)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -210,8 +210,8 @@ func (s *Manager) createImage(ctx context.Context, sb pod.Pod, rt pod.Handler, r
 
 // copyCheckpoint copies an unpacked container checkpoint (of a pod checkpoint),
 // which a restore must not change.
-func (s *Manager) copyCheckpoint(src string) (*checkpointSource, error) {
-	return s.unpackCheckpoint(src, func(dir string) error {
+func (k *Checkpoints) copyCheckpoint(src string) (*checkpointSource, error) {
+	return k.unpackCheckpoint(src, func(dir string) error {
 		if err := fs.CopyDir(dir, src); err != nil {
 			return fmt.Errorf("copy checkpoint %s: %w", src, err)
 		}
@@ -221,18 +221,18 @@ func (s *Manager) copyCheckpoint(src string) (*checkpointSource, error) {
 
 // openCheckpointImage copies the checkpoint out of an image made of a checkpoint
 // archive (its layers hold the archive's files at /), as openCheckpoint unpacks one.
-func (s *Manager) openCheckpointImage(ctx context.Context, img *image.Image, ref, snapshotter string) (*checkpointSource, error) {
+func (k *Checkpoints) openCheckpointImage(ctx context.Context, img *image.Image, ref, snapshotter string) (*checkpointSource, error) {
 	chainID := identity.ChainID(img.Config.RootFS.DiffIDs).String()
-	if err := s.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
+	if err := k.m.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
 		return nil, err
 	}
-	return s.unpackCheckpoint(ref, func(dir string) error {
-		lctx, done, err := s.ctrd.WithLease(ctx)
+	return k.unpackCheckpoint(ref, func(dir string) error {
+		lctx, done, err := k.m.ctrd.WithLease(ctx)
 		if err != nil {
 			return err
 		}
 		defer done(context.WithoutCancel(lctx))
-		sn := s.ctrd.SnapshotService(snapshotter)
+		sn := k.m.ctrd.SnapshotService(snapshotter)
 		key := fmt.Sprintf("checkpoint-image-view-%d", time.Now().UnixNano())
 		mounts, err := sn.View(lctx, key, chainID)
 		if err != nil {
@@ -251,13 +251,13 @@ func (s *Manager) openCheckpointImage(ctx context.Context, img *image.Image, ref
 // checkpointImage finds the image the checkpointed container ran, by its reference
 // (a digest or an image id) and else by its name, and returns it with the name the
 // restored container reports. Not on the node: NotFound.
-func (s *Manager) checkpointImage(ctx context.Context, cs *checkpointSource) (*image.Image, string, error) {
+func (k *Checkpoints) checkpointImage(ctx context.Context, cs *checkpointSource) (*image.Image, string, error) {
 	name := cs.config.RootfsImageName
 	for _, ref := range []string{cs.config.RootfsImageRef, name} {
 		if ref == "" {
 			continue
 		}
-		img, err := s.opts.Images.Find(ctx, ref)
+		img, err := k.m.opts.Images.Find(ctx, ref)
 		if err == nil {
 			if name == "" {
 				name = ref
@@ -281,7 +281,7 @@ func (cs *checkpointSource) close() {
 
 // applyCheckpoint puts the checkpointed writable layer's changes into the new one
 // and moves the unpacked checkpoint into the container's directory.
-func (s *Manager) applyCheckpoint(ctx context.Context, c *Container, rootfs []mount.Mount) error {
+func (k *Checkpoints) applyCheckpoint(ctx context.Context, c *Container, rootfs []mount.Mount) error {
 	cs := c.restore
 	diff := filepath.Join(cs.dir, metadata.RootFsDiffTar)
 	if f, err := os.Open(diff); err == nil {
@@ -300,7 +300,7 @@ func (s *Manager) applyCheckpoint(ctx context.Context, c *Container, rootfs []mo
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	dst := filepath.Join(s.dirs.containerDir(c.ID), restoreDirName)
+	dst := filepath.Join(k.m.dirs.containerDir(c.ID), restoreDirName)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
@@ -316,19 +316,19 @@ func (s *Manager) applyCheckpoint(ctx context.Context, c *Container, rootfs []mo
 // options that make runc restore it at start (the handler's runc options with CRIU's
 // image and work paths), and the directory to remove once it runs; nil and "" for
 // any other container.
-func (s *Manager) restoreOptions(ctx context.Context, c *Container) (*anypb.Any, string, error) {
-	dir := filepath.Join(s.dirs.containerDir(c.ID), restoreDirName)
+func (k *Checkpoints) restoreOptions(ctx context.Context, c *Container) (*anypb.Any, string, error) {
+	dir := filepath.Join(k.m.dirs.containerDir(c.ID), restoreDirName)
 	if _, err := os.Lstat(filepath.Join(dir, metadata.CheckpointDirectory)); err != nil {
 		return nil, "", nil
 	}
-	if err := s.criu.check(ctx); err != nil {
+	if err := k.criu.check(ctx); err != nil {
 		return nil, "", err
 	}
-	sb, err := s.opts.Pods.Pod(c.SandboxID)
+	sb, err := k.m.opts.Pods.Pod(c.SandboxID)
 	if err != nil {
 		return nil, "", err
 	}
-	rt, err := s.opts.Handlers.Get(sb.RuntimeHandler)
+	rt, err := k.m.opts.Handlers.Get(sb.RuntimeHandler)
 	if err != nil {
 		return nil, "", err
 	}

@@ -90,7 +90,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 		}
 		return err
 	}
-	taskOpts, restoreDir, err := s.restoreOptions(ctx, c)
+	taskOpts, restoreDir, err := s.ckpt.restoreOptions(ctx, c)
 	if err != nil {
 		if logf != nil {
 			logf.Close()

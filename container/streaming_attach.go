@@ -32,7 +32,7 @@ func (b *Streams) Attach(ctx context.Context, id string, in io.Reader, out, errw
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if tty && resize != nil {
-		go b.s.resizeTask(ctx, c.ID, resize)
+		go b.resizeTask(ctx, c.ID, resize)
 	}
 	var outDone, errDone <-chan struct{}
 	if out != nil {
@@ -59,7 +59,7 @@ func (b *Streams) Attach(ctx context.Context, id string, in io.Reader, out, errw
 		// closing the session once Attach returns.
 		go func() { stdinDone <- copyStdin(cio, in) }()
 		if c.Config.GetStdinOnce() {
-			defer b.s.closeStdin(ctx, c, cio)
+			defer b.closeStdin(ctx, c, cio)
 		}
 	}
 	for {
@@ -76,7 +76,7 @@ func (b *Streams) Attach(ctx context.Context, id string, in io.Reader, out, errw
 			if !c.Config.GetStdinOnce() {
 				return nil // detach, as when the client leaves
 			}
-			b.s.closeStdin(ctx, c, cio) // the container sees EOF; its output still comes
+			b.closeStdin(ctx, c, cio) // the container sees EOF; its output still comes
 			stdinDone = nil
 			if outDone == nil && errDone == nil {
 				return nil
@@ -112,7 +112,7 @@ func copyStdin(cio *containerIO, in io.Reader) error {
 
 // closeStdin closes the container's stdin for good: our end of the FIFO and, through
 // the shim, the process's end. Idempotent.
-func (s *Manager) closeStdin(ctx context.Context, c *Container, cio *containerIO) {
+func (b *Streams) closeStdin(ctx context.Context, c *Container, cio *containerIO) {
 	cio.stdinMu.Lock()
 	w := cio.stdin
 	cio.stdin = nil
@@ -123,7 +123,7 @@ func (s *Manager) closeStdin(ctx context.Context, c *Container, cio *containerIO
 	_ = w.Close()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, task, err := ctrd.LoadTask(ctx, s.opts.Client, c.ID)
+	_, task, err := ctrd.LoadTask(ctx, b.s.opts.Client, c.ID)
 	if err == nil {
 		err = task.CloseIO(ctx, client.WithStdinCloser)
 	}

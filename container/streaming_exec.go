@@ -71,9 +71,9 @@ func terminalSizes(ctx context.Context, in <-chan streaming.TerminalSize) <-chan
 }
 
 // resizeTask resizes the container's TTY as the client asks until ctx ends.
-func (s *Manager) resizeTask(ctx context.Context, id string, resize <-chan streaming.TerminalSize) {
+func (b *Streams) resizeTask(ctx context.Context, id string, resize <-chan streaming.TerminalSize) {
 	sizes := terminalSizes(ctx, resize) // ends with ctx
-	_, task, err := ctrd.LoadTask(ctx, s.opts.Client, id)
+	_, task, err := ctrd.LoadTask(ctx, b.s.opts.Client, id)
 	if err != nil {
 		return
 	}

@@ -23,7 +23,7 @@ func (s *Service) CheckpointContainer(ctx context.Context, req *runtimeapi.Check
 		return nil, invalid("timeout", "%d is negative", req.GetTimeout())
 	}
 	timeout := time.Duration(req.GetTimeout()) * time.Second
-	if err := s.opts.Containers.Checkpoint(ctx, req.GetContainerId(), req.GetLocation(), timeout); err != nil {
+	if err := s.opts.Containers.Checkpoints().Checkpoint(ctx, req.GetContainerId(), req.GetLocation(), timeout); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.CheckpointContainerResponse{}, nil

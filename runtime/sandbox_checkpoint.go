@@ -37,7 +37,7 @@ func (s *Service) CheckpointPod(ctx context.Context, req *runtimeapi.CheckpointP
 	if err := noOptions(req.GetOptions()); err != nil {
 		return nil, err
 	}
-	if err := s.opts.Containers.CheckpointPod(ctx, req.GetPodSandboxId(), req.GetOutputPath(), req.GetContainerIds()); err != nil {
+	if err := s.opts.Containers.Checkpoints().CheckpointPod(ctx, req.GetPodSandboxId(), req.GetOutputPath(), req.GetContainerIds()); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.CheckpointPodResponse{}, nil
@@ -117,7 +117,7 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	resp := &runtimeapi.RestorePodResponse{PodSandboxId: podID}
 	for _, cfg := range cfgs {
 		name := cfg.GetMetadata().GetName()
-		created, err := s.opts.Containers.CreateFromCheckpoint(ctx, &runtimeapi.CreateContainerRequest{
+		created, err := s.opts.Containers.Checkpoints().CreateFromCheckpoint(ctx, &runtimeapi.CreateContainerRequest{
 			PodSandboxId: podID, Config: cfg, SandboxConfig: req.GetConfig()}, dirOf[name])
 		if err != nil {
 			return nil, fmt.Errorf("restore container %s: %w", name, err)
