@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,18 +40,24 @@ func TestCrashSoak(t *testing.T) {
 	results := map[codes.Code]int{}
 	kills := map[string]int{}
 
+	var made []*soakRound
 	for round := 0; round < rounds; round++ {
+		r := &soakRound{}
+		made = append(made, r)
 		done := make(chan []error, 1)
-		go func(round int) { done <- lifecycle(rs, round) }(round)
+		go func(round int) { done <- r.lifecycle(rs, round) }(round)
 		// A lifecycle takes about 3.5 s here (the two stops wait out their 1 s
 		// timeout): the crash falls anywhere in it, or after it.
 		time.Sleep(time.Duration(rng.Intn(4000)) * time.Millisecond)
-		if rng.Intn(10) < 7 {
-			kills["shimd"]++
+		victim := "shimd"
+		if rng.Intn(10) >= 7 {
+			victim = "containerd"
+		}
+		kills[victim+" during "+r.step()]++
+		if victim == "shimd" {
 			env.Shimd.Kill9()
 			env.Shimd.Start(t)
 		} else {
-			kills["containerd"]++
 			env.Containerd.Kill()
 			env.Containerd.Restart(t)
 		}
@@ -67,6 +74,10 @@ func TestCrashSoak(t *testing.T) {
 	}
 	t.Logf("kills: %v; answers by code: %v", kills, results)
 
+	// Lost: a pod or container that shimd said it made, that no one asked to remove,
+	// and that shimd no longer lists (the kubelet would never clean it up or see it).
+	lostPods, lostContainers := lost(t, rs, made)
+
 	// The kubelet's view: whatever is listed gets stopped and removed.
 	ctx := ctxT(t, 5*time.Minute)
 	cs, err := rs.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
@@ -82,11 +93,92 @@ func TestCrashSoak(t *testing.T) {
 	logData, err := os.ReadFile(env.Shimd.LogPath())
 	require.NoError(t, err)
 	require.NotContains(t, string(logData), "panic", "shimd's log")
+	leaks := harness.FindLeaks(ctxT(t, time.Minute), env.LeakCheck())
+	t.Logf("crash-soak: %d rounds (%d pods made), %d kills of shimd, %d of containerd; lost pods %d, lost containers %d; leaked: %s",
+		rounds, countMade(made), sumKills(kills, "shimd"), sumKills(kills, "containerd"), lostPods, lostContainers,
+		harness.FormatLeakCounts(harness.LeakCounts(leaks)))
+	require.Zero(t, lostPods+lostContainers, "lost pods and containers")
+}
+
+// soakRound is one lifecycle of the soak: the step it is at (for the kill's log) and
+// what it made and asked to remove (to find what shimd lost).
+type soakRound struct {
+	mu               sync.Mutex
+	at               string
+	pod              string
+	podRemoveAsked   bool
+	containers       []string
+	containerRemoved map[string]bool // remove asked
+}
+
+func (r *soakRound) enter(step string) {
+	r.mu.Lock()
+	r.at = step
+	r.mu.Unlock()
+}
+
+func (r *soakRound) step() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == "" {
+		return "RunPodSandbox"
+	}
+	return r.at
+}
+
+// lost lists pods and containers and counts those made, never asked to be removed,
+// and missing.
+func lost(t *testing.T, rs runtimeapi.RuntimeServiceClient, made []*soakRound) (pods, containers int) {
+	listedPods := map[string]bool{}
+	for _, p := range listPods(t, rs, nil) {
+		listedPods[p.Id] = true
+	}
+	cs, err := rs.ListContainers(ctxT(t, time.Minute), &runtimeapi.ListContainersRequest{})
+	require.NoError(t, err)
+	listedContainers := map[string]bool{}
+	for _, c := range cs.Containers {
+		listedContainers[c.Id] = true
+	}
+	for i, r := range made {
+		if r.pod != "" && !r.podRemoveAsked && !listedPods[r.pod] {
+			t.Errorf("round %d: pod %s was made, never removed, and is not listed", i, r.pod)
+			pods++
+		}
+		for _, id := range r.containers {
+			if !r.containerRemoved[id] && !r.podRemoveAsked && !listedContainers[id] {
+				t.Errorf("round %d: container %s was made, never removed, and is not listed", i, id)
+				containers++
+			}
+		}
+	}
+	return pods, containers
+}
+
+func countMade(made []*soakRound) int {
+	n := 0
+	for _, r := range made {
+		if r.pod != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// sumKills adds the kills of one daemon over the steps they fell in.
+func sumKills(kills map[string]int, daemon string) int {
+	n := 0
+	for k, v := range kills {
+		if strings.HasPrefix(k, daemon+" ") {
+			n += v
+		}
+	}
+	return n
 }
 
 // lifecycle runs one pod's life through the CRI and returns the errors it met (a
-// crash cuts it short wherever it is; later steps then fail or are skipped).
-func lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []error {
+// crash cuts it short wherever it is; later steps then fail or are skipped). It notes
+// each step it enters, and what it made and asked to remove.
+func (r *soakRound) lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
@@ -98,12 +190,17 @@ func lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []error {
 	}
 	cfg := podConfig(fmt.Sprintf("soak%d", round))
 	cfg.LogDirectory = os.TempDir()
+	r.enter("RunPodSandbox")
 	pod, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if fail(err) {
 		return errs
 	}
+	r.mu.Lock()
+	r.pod, r.containerRemoved = pod.PodSandboxId, map[string]bool{}
+	r.mu.Unlock()
 	var ids []string
 	for _, name := range []string{"a", "b"} {
+		r.enter("CreateContainer")
 		c, err := rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod.PodSandboxId, SandboxConfig: cfg,
 			Config: &runtimeapi.ContainerConfig{
 				Metadata: &runtimeapi.ContainerMetadata{Name: name},
@@ -115,21 +212,37 @@ func lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []error {
 			break
 		}
 		ids = append(ids, c.ContainerId)
+		r.mu.Lock()
+		r.containers = append(r.containers, c.ContainerId)
+		r.mu.Unlock()
+		r.enter("StartContainer")
 		_, err = rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId})
 		fail(err)
 	}
 	for _, id := range ids {
+		r.enter("ExecSync")
 		_, err := rs.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"true"}, Timeout: 10})
 		fail(err)
+		r.enter("StopContainer")
 		_, err = rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1})
 		fail(err)
+		r.enter("RemoveContainer")
+		r.mu.Lock()
+		r.containerRemoved[id] = true
+		r.mu.Unlock()
 		_, err = rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
 		fail(err)
 	}
+	r.enter("StopPodSandbox")
 	_, err = rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 	fail(err)
+	r.enter("RemovePodSandbox")
+	r.mu.Lock()
+	r.podRemoveAsked = true
+	r.mu.Unlock()
 	_, err = rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 	fail(err)
+	r.enter("done")
 	return errs
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -139,4 +140,29 @@ time="..." level=debug msg=done rpc=Version
 	require.Contains(t, lines[0], "shimd starting")
 	require.Contains(t, lines[3], "remove orphaned container")
 	require.Len(t, strings.Split(notableLines(path, 2), "\n"), 2, "only the last n")
+}
+
+func TestLeakCounts(t *testing.T) {
+	leaks := []string{
+		"pinned namespace file /s/pins/net-1",
+		"mount /s/netns/cni-1 (nsfs nsfs)",
+		"mount /r/io.containerd.runtime.v2.task/x/rootfs (overlay overlay)",
+		"IPAM lease 198.18.0.5 in network n (owner \"x\")",
+		"cgroup /sys/fs/cgroup/memory/ns/abc (pids 12)",
+		"process 123 containerd-shim-runc-v2 -namespace ns",
+		"containerd container ns/abc (image \"\", snapshot /, labels map[])",
+		"sandbox store record ns/abc (labels map[])",
+		"lease ns/l1 (created 2026-11-26T00:00:00Z, labels map[])",
+		"active snapshot ns/overlayfs \"abc\" (parent \"sha256:1\")",
+		"cannot list leases in ns: boom",
+	}
+	got := LeakCounts(leaks)
+	want := map[string]int{"netns": 2, "IP leases": 1, "mounts": 1, "cgroups": 1, "shims and other processes": 1,
+		"containers": 2, "leases": 1, "snapshots": 1, "checks that failed": 1}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("LeakCounts = %v, want %v", got, want)
+	}
+	if s := FormatLeakCounts(LeakCounts(nil)); s != "netns 0, IP leases 0, mounts 0, cgroups 0, shims and other processes 0, containers 0, leases 0, snapshots 0, checks that failed 0" {
+		t.Fatalf("FormatLeakCounts(none) = %q", s)
+	}
 }

@@ -269,3 +269,56 @@ func dedupeRoots(roots []string) []string {
 	}
 	return out
 }
+
+// leakKinds are the kinds a leak report counts, in the order it prints them; each
+// says which of FindLeaks' descriptions are its own (the first that matches wins).
+var leakKinds = []struct {
+	name  string
+	match func(string) bool
+}{
+	{"netns", func(l string) bool {
+		return strings.HasPrefix(l, "pinned namespace file") || strings.HasPrefix(l, "mount ") && strings.Contains(l, " (nsfs ")
+	}},
+	{"IP leases", func(l string) bool { return strings.HasPrefix(l, "IPAM lease") }},
+	{"mounts", func(l string) bool { return strings.HasPrefix(l, "mount ") }},
+	{"cgroups", func(l string) bool { return strings.HasPrefix(l, "cgroup ") }},
+	{"shims and other processes", func(l string) bool { return strings.HasPrefix(l, "process ") }},
+	{"containers", func(l string) bool {
+		return strings.HasPrefix(l, "containerd container") || strings.HasPrefix(l, "sandbox store record")
+	}},
+	{"leases", func(l string) bool { return strings.HasPrefix(l, "lease ") }},
+	{"snapshots", func(l string) bool { return strings.Contains(l, " snapshot ") && !strings.HasPrefix(l, "cannot") }},
+}
+
+// leakCheckFailed is the kind of a description no kind claims: a check that could
+// not run ("cannot list ...").
+const leakCheckFailed = "checks that failed"
+
+// LeakCounts counts FindLeaks' descriptions by kind: every kind is in the map, zero
+// or not.
+func LeakCounts(leaks []string) map[string]int {
+	counts := map[string]int{leakCheckFailed: 0}
+	for _, k := range leakKinds {
+		counts[k.name] += 0
+	}
+	for _, l := range leaks {
+		kind := leakCheckFailed
+		for _, k := range leakKinds {
+			if k.match(l) {
+				kind = k.name
+				break
+			}
+		}
+		counts[kind]++
+	}
+	return counts
+}
+
+// FormatLeakCounts prints LeakCounts in leakKinds' order: "netns 0, IP leases 0, ...".
+func FormatLeakCounts(counts map[string]int) string {
+	var parts []string
+	for _, k := range leakKinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k.name, counts[k.name]))
+	}
+	return strings.Join(append(parts, fmt.Sprintf("%s %d", leakCheckFailed, counts[leakCheckFailed])), ", ")
+}
