@@ -50,14 +50,24 @@ integration-1.6:
 	SHIMD_CONTAINERD=1.6 $(GO) test -tags integration -count=1 -timeout 20m -run '$(SMOKE_1_6)' ./critest/e2e/
 
 # Pod lifecycle through shimd and through containerd's own CRI plugin, same machine.
+# It includes BenchmarkPolling at POLL_PODS and POLL_WINDOW (below): about 15 minutes
+# of the run at the defaults.
 bench: tools
-	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 45m ./critest/bench/
+	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 75m ./critest/bench/
+
+# Only the steady-state polling benchmark: a kubelet's list, stats and status calls on
+# N running pods for POLL_WINDOW, for each N in POLL_PODS, beside containerd's CRI.
+POLL_PODS   ?= 110,250
+POLL_WINDOW ?= 60s
+.PHONY: bench-poll
+bench-poll: tools
+	POLL_PODS=$(POLL_PODS) POLL_WINDOW=$(POLL_WINDOW) $(GO) test -tags integration -count=1 -run '^$$' -bench BenchmarkPolling -benchtime 1x -timeout 45m -v ./critest/bench/
 
 # The same with pause-less pods (sandbox.pause = "when-needed", README "Pause-less pods"):
 # containerd's CRI plugin keeps its pause containers.
 .PHONY: bench-pauseless critest-pauseless e2e-kubelet-pauseless integration-pauseless
 bench-pauseless: tools
-	BENCH_PAUSE=when-needed $(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./critest/bench/
+	BENCH_PAUSE=when-needed $(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 75m ./critest/bench/
 
 critest-pauseless: tools
 	SHIMD_PAUSE=when-needed $(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/

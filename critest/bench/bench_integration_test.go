@@ -74,6 +74,9 @@ type target struct {
 	rt      runtimeapi.RuntimeServiceClient
 	is      runtimeapi.ImageServiceClient
 	samples map[string][]time.Duration // by op
+	// cgroupRoot ("shimd-..."): give each pod a cgroup parent of its own below it, as
+	// the kubelet's cgroupfs driver does (/kubepods/besteffort/pod<uid>); "": none.
+	cgroupRoot string
 }
 
 // pair is one containerd with its own CRI plugin and a shimd on it, sharing the CNI

@@ -96,6 +96,9 @@ func (tg *target) concurrently(b *testing.B, round, n int, wallOp, perOp string,
 // startPod runs a pod with one busybox container as BenchmarkPodStart does.
 func (tg *target) startPod(name string) (string, error) {
 	pod, cfg := podStartConfigs(name)
+	if tg.cgroupRoot != "" {
+		pod.Linux.CgroupParent = "/" + tg.cgroupRoot + "/pod" + pod.Metadata.Uid
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
 	resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod})

@@ -61,6 +61,19 @@ func usageOf(pids ...int) (daemonUsage, error) {
 	return u, nil
 }
 
+// shimUsage is the CPU and RSS of each shim of the containerd at address.
+func shimUsage(b *testing.B, address string) map[int]daemonUsage {
+	pids, err := harness.ShimPIDs(address)
+	require.NoError(b, err)
+	out := map[int]daemonUsage{}
+	for _, pid := range pids {
+		if u, err := usageOf(pid); err == nil { // else gone since
+			out[pid] = u
+		}
+	}
+	return out
+}
+
 // kiB parses a /proc/PID/status size ("  1234 kB") into bytes.
 func kiB(v string) int64 {
 	kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
@@ -75,6 +88,45 @@ type costSide struct {
 	rows map[string]string
 	// own is the runtime's own daemon (shimd), whose RSS is also shown alone; 0: none.
 	own func() int
+	// address is the containerd socket of the side, whose shims serve its pods.
+	address string
+}
+
+// newCostSides starts the two sides of BenchmarkDaemonCost and BenchmarkPolling, each
+// on a containerd and CNI network of its own, and pulls the benchmark busybox into
+// both: shimd + a containerd with its CRI plugin off, then a containerd with its CRI
+// plugin. The harness checks both for leaks at the end.
+func newCostSides(b *testing.B) []*costSide {
+	if os.Geteuid() != 0 {
+		b.Skip("the benchmark needs root")
+	}
+	hosts := registryHosts(b)
+	cdEnv, criRT, cdIS := startCRI(b, hosts)
+
+	shEnv := harness.New(b, harness.Options{Shimd: harness.ShimdOptions{
+		ExtraConfig: shimdExtraConfig(hosts),
+		RuncRoot:    filepath.Join(b.TempDir(), "runc"),
+		Pause:       pauseMode(),
+		LogLevel:    benchLogLevel,
+	}, Containerd: harness.ContainerdOptions{LogLevel: benchLogLevel}})
+
+	sides := []*costSide{
+		{target: &target{name: "shimd", rt: shEnv.Shimd.Runtime(b), is: shEnv.Shimd.Images(b), samples: map[string][]time.Duration{}},
+			pids:    func() []int { return []int{shEnv.Shimd.PID(), shEnv.Containerd.PID()} },
+			own:     func() int { return shEnv.Shimd.PID() },
+			address: shEnv.Containerd.Address()},
+		{target: &target{name: "containerd", rt: criRT, is: cdIS, samples: map[string][]time.Duration{}},
+			pids:    func() []int { return []int{cdEnv.Containerd.PID()} },
+			address: cdEnv.Containerd.Address()},
+	}
+	for _, s := range sides {
+		s.rows = map[string]string{}
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := s.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, s.name)
+	}
+	return sides
 }
 
 // ownRSS is " (shimd N MiB)" for a side with a daemon of its own.
@@ -111,33 +163,7 @@ func (s *costSide) ownCPU(before, after daemonUsage, n int) string {
 // (100), 100 pods idle (10 s), removing all 100 (CPU per pod), then idle again. Each
 // phase runs on one side and then the other, never both at once.
 func BenchmarkDaemonCost(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("the benchmark needs root")
-	}
-	hosts := registryHosts(b)
-	cdEnv, criRT, cdIS := startCRI(b, hosts)
-
-	shEnv := harness.New(b, harness.Options{Shimd: harness.ShimdOptions{
-		ExtraConfig: shimdExtraConfig(hosts),
-		RuncRoot:    filepath.Join(b.TempDir(), "runc"),
-		Pause:       pauseMode(),
-		LogLevel:    benchLogLevel,
-	}, Containerd: harness.ContainerdOptions{LogLevel: benchLogLevel}})
-
-	sides := []*costSide{
-		{target: &target{name: "shimd", rt: shEnv.Shimd.Runtime(b), is: shEnv.Shimd.Images(b), samples: map[string][]time.Duration{}},
-			pids: func() []int { return []int{shEnv.Shimd.PID(), shEnv.Containerd.PID()} },
-			own:  func() int { return shEnv.Shimd.PID() }},
-		{target: &target{name: "containerd", rt: criRT, is: cdIS, samples: map[string][]time.Duration{}},
-			pids: func() []int { return []int{cdEnv.Containerd.PID()} }},
-	}
-	for _, s := range sides {
-		s.rows = map[string]string{}
-		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-		_, err := s.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
-		cancel()
-		require.NoError(b, err, s.name)
-	}
+	sides := newCostSides(b)
 	ids := map[*costSide][]string{}
 	idle := func(row string, d time.Duration) {
 		for _, s := range sides {
@@ -180,7 +206,7 @@ func BenchmarkDaemonCost(b *testing.B) {
 	for _, row := range []string{"idle, no pods (10 s)", "start 30 pods", "30 pods idle (10 s)", "start 70 more (100)", "100 pods idle (10 s)", "remove 100 pods", "after removal (10 s)"} {
 		fmt.Fprintf(&out, "%-24s %-84s %s\n", row, sides[0].rows[row], sides[1].rows[row])
 	}
-	shimdOnly, err := usageOf(shEnv.Shimd.PID())
+	shimdOnly, err := usageOf(sides[0].own())
 	require.NoError(b, err)
 	fmt.Fprintf(&out, "shimd alone at the end: %.1f MiB RSS (%.1f MiB of it anonymous, the rest mostly its mapped binary), %.2f s CPU in all\n", mib(shimdOnly.rss), mib(shimdOnly.anon), shimdOnly.cpu.Seconds())
 	b.ReportMetric(0, "ns/op")

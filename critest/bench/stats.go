@@ -10,6 +10,7 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -80,4 +81,18 @@ func logField(line, key string) string {
 	}
 	v, _, _ := strings.Cut(rest, " ")
 	return v
+}
+
+// parseCounts parses a comma-separated list of positive integers, such as POLL_PODS
+// ("110,250").
+func parseCounts(v string) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: want positive integers separated by commas", v)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
 }

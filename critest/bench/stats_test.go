@@ -81,3 +81,27 @@ garbage line`
 		t.Errorf("order %v", order)
 	}
 }
+
+func TestParseCounts(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []int // nil: an error
+	}{
+		{"one", "10", []int{10}},
+		{"two with spaces", "110, 250", []int{110, 250}},
+		{"empty", "", nil},
+		{"zero", "110,0", nil},
+		{"negative", "-1", nil},
+		{"not a number", "110,many", nil},
+		{"trailing comma", "110,", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseCounts(tt.in)
+			if (err != nil) != (tt.want == nil) || !slices.Equal(got, tt.want) {
+				t.Errorf("parseCounts(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}

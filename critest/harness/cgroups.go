@@ -81,3 +81,32 @@ func removeNamespaceCgroups(namespace string) {
 // RemoveEmptyCgroups removes the empty cgroup /<parent> in every hierarchy, for
 // tests that run runc themselves under a parent of their own ("shimd-" prefix).
 func RemoveEmptyCgroups(parent string) { removeNamespaceCgroups(parent) }
+
+// RemoveCgroupTree removes the empty cgroup /<root> ("shimd-" prefix) and the empty
+// cgroups below it in every hierarchy, deepest first, and lists those left: one whose
+// task is still going away stays busy for a moment, so callers retry until a deadline.
+func RemoveCgroupTree(root string) []string {
+	if !strings.HasPrefix(root, "shimd-") || strings.Contains(root, "/") {
+		return []string{"not a test cgroup root: " + root}
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return []string{fmt.Sprintf("cannot list cgroup mounts: %v", err)}
+	}
+	var left []string
+	for _, mnt := range mounts {
+		var dirs []string
+		_ = filepath.WalkDir(filepath.Join(mnt, root), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- { // WalkDir lists parents first
+			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+				left = append(left, "cgroup "+dirs[i]+procsIn(dirs[i]))
+			}
+		}
+	}
+	return left
+}

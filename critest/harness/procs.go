@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,4 +106,29 @@ func processesMatching(markers []string, exclude []int) ([]procInfo, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out, nil
+}
+
+// ShimPIDs returns the pids of the containerd shims serving the containerd at address:
+// the processes of a containerd-shim-* binary whose arguments hold "-address address".
+// A shim's parent is not containerd (it daemonizes), so its arguments identify it.
+func ShimPIDs(address string) ([]int, error) {
+	procs, err := listProcs()
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, p := range procs {
+		args := strings.Fields(p.Cmdline)
+		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim-") {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-address" && args[i+1] == address {
+				pids = append(pids, p.PID)
+				break
+			}
+		}
+	}
+	sort.Ints(pids)
+	return pids, nil
 }
