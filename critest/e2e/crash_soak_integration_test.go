@@ -41,19 +41,22 @@ func TestCrashSoak(t *testing.T) {
 	kills := map[string]int{}
 
 	var made []*soakRound
+	span := 4 * time.Second
 	for round := 0; round < rounds; round++ {
 		r := &soakRound{}
 		made = append(made, r)
 		done := make(chan []error, 1)
 		go func(round int) { done <- r.lifecycle(rs, round) }(round)
-		// A lifecycle takes about 3.5 s here (the two stops wait out their 1 s
-		// timeout): the crash falls anywhere in it, or after it.
-		time.Sleep(time.Duration(rng.Intn(4000)) * time.Millisecond)
+		// The crash falls anywhere in the lifecycle, or just after it: span follows
+		// how long the last lifecycle that a crash did not cut took (about 3.5 s on
+		// an idle machine: the two stops wait out their 1 s timeout).
+		time.Sleep(time.Duration(rng.Int63n(int64(span))))
 		victim := "shimd"
 		if rng.Intn(10) >= 7 {
 			victim = "containerd"
 		}
-		kills[victim+" during "+r.step()]++
+		step := r.step()
+		kills[victim+" during "+step]++
 		if victim == "shimd" {
 			env.Shimd.Kill9()
 			env.Shimd.Start(t)
@@ -66,6 +69,9 @@ func TestCrashSoak(t *testing.T) {
 			for _, err := range errs {
 				results[status.Code(err)]++
 				require.NotEqual(t, codes.Internal, status.Code(err), "round %d: %v", round, err)
+			}
+			if step == "done" && len(errs) == 0 {
+				span = max(r.took()*11/10, 100*time.Millisecond)
 			}
 		case <-time.After(3 * time.Minute):
 			t.Fatalf("round %d: the lifecycle hangs", round)
@@ -104,6 +110,7 @@ func TestCrashSoak(t *testing.T) {
 // what it made and asked to remove (to find what shimd lost).
 type soakRound struct {
 	mu               sync.Mutex
+	began, ended     time.Time
 	at               string
 	pod              string
 	podRemoveAsked   bool
@@ -115,6 +122,16 @@ func (r *soakRound) enter(step string) {
 	r.mu.Lock()
 	r.at = step
 	r.mu.Unlock()
+}
+
+// took is how long the lifecycle ran (0 if it has not ended).
+func (r *soakRound) took() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended.IsZero() {
+		return 0
+	}
+	return r.ended.Sub(r.began)
 }
 
 func (r *soakRound) step() string {
@@ -190,6 +207,9 @@ func (r *soakRound) lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []e
 	}
 	cfg := podConfig(fmt.Sprintf("soak%d", round))
 	cfg.LogDirectory = os.TempDir()
+	r.mu.Lock()
+	r.began = time.Now()
+	r.mu.Unlock()
 	r.enter("RunPodSandbox")
 	pod, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if fail(err) {
@@ -242,7 +262,9 @@ func (r *soakRound) lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []e
 	r.mu.Unlock()
 	_, err = rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 	fail(err)
-	r.enter("done")
+	r.mu.Lock()
+	r.at, r.ended = "done", time.Now()
+	r.mu.Unlock()
 	return errs
 }
 
