@@ -19,10 +19,20 @@ func (s *Manager) StatsOf(podID string) []stats.Container {
 		cs = s.containers.inSandbox(podID)
 	}
 	out := make([]stats.Container, 0, len(cs))
+	kernel := map[string]bool{} // by pod: its handler's cgroups are the kernel's
 	for _, c := range cs {
 		st := c.Status()
+		k, seen := kernel[c.SandboxID]
+		if !seen {
+			if p, err := s.opts.Pods.Pod(c.SandboxID); err == nil {
+				h, err := s.opts.Handlers.Get(p.RuntimeHandler)
+				k = err == nil && h.KernelCgroups()
+			}
+			kernel[c.SandboxID] = k
+		}
 		out = append(out, stats.Container{
-			ID: c.ID, SandboxID: c.SandboxID, Metadata: c.Config.GetMetadata(),
+			KernelCgroups: k,
+			ID:            c.ID, SandboxID: c.SandboxID, Metadata: c.Config.GetMetadata(),
 			Labels: c.Config.GetLabels(), Annotations: c.Config.GetAnnotations(),
 			ImageName: c.ImageName, Snapshotter: c.Snapshotter,
 			Running: st.State == runtimeapi.ContainerState_CONTAINER_RUNNING,

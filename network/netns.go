@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/containerd/containerd/v2/pkg/sys"
 	"github.com/vishvananda/netlink"
@@ -276,4 +277,48 @@ func Interfaces(path string) ([]InterfaceStats, error) {
 		return nil
 	})
 	return out, err
+}
+
+// InterfacesOf is Interfaces of the network namespace process pid is in, read from
+// /proc/<pid>/net/dev (the kernel's same counters) without entering the namespace.
+func InterfacesOf(pid uint32) ([]InterfaceStats, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/dev", pid))
+	if err != nil {
+		return nil, err
+	}
+	return parseNetDev(data)
+}
+
+// parseNetDev reads /proc/net/dev: two header lines, then "name: " and 16 counters,
+// the receive ones (bytes packets errs drop fifo frame compressed multicast), then
+// the transmit ones (bytes packets errs drop fifo colls carrier compressed).
+func parseNetDev(data []byte) ([]InterfaceStats, error) {
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) < 2 {
+		return nil, fmt.Errorf("net/dev: %d lines", len(lines))
+	}
+	var out []InterfaceStats
+	for _, line := range lines[2:] {
+		name, rest, ok := strings.Cut(line, ":")
+		name = strings.TrimSpace(name)
+		f := strings.Fields(rest)
+		if !ok || len(f) < 16 {
+			return nil, fmt.Errorf("net/dev line %q", line)
+		}
+		if name == "lo" {
+			continue
+		}
+		var n [16]uint64
+		for i := range n {
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("net/dev line %q: %w", line, err)
+			}
+			n[i] = v
+		}
+		out = append(out, InterfaceStats{Name: name,
+			RxBytes: n[0], RxPackets: n[1], RxErrors: n[2], RxDropped: n[3],
+			TxBytes: n[8], TxPackets: n[9], TxErrors: n[10], TxDropped: n[11]})
+	}
+	return out, nil
 }

@@ -23,6 +23,11 @@ type Handler struct {
 	PauseOptional bool
 }
 
+// KernelCgroups: the handler's containers run in cgroups of the host kernel, one per
+// container, as runc makes them (the runtimes whose pods may go without a pause
+// container); a sandboxed runtime's cgroups hold its whole sandbox.
+func (h Handler) KernelCgroups() bool { return h.PauseOptional }
+
 // SandboxDialer connects to a port inside a sandboxed pod.
 type SandboxDialer interface {
 	DialSandbox(ctx context.Context, sandboxID string, port int32) (net.Conn, error)

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -17,36 +18,60 @@ import (
 	"github.com/shimd/shimd/pod"
 )
 
-// metricsPass holds the cgroup metrics of every task in shimd's namespace, read in
-// one containerd call (containerd asks each shim in turn) for one list call: each
-// task is read once, for its container's figures and for its pod's sum. nil: each
-// task is read on its own (readTask), for calls about one pod or container.
-type metricsPass map[string]*types.Metric
-
-// newPass reads the metrics of every task. On an error it returns nil, and the
-// caller falls back to one read per task.
-func (s *Collector) newPass(ctx context.Context) metricsPass {
-	resp, err := s.opts.Client.TaskService().Metrics(ctx, &tasksapi.MetricsRequest{})
-	if err != nil {
-		log.G(ctx).WithError(errgrpc.ToNative(err)).Warn("stats: metrics of all tasks; reading one by one")
-		return nil
-	}
-	p := make(metricsPass, len(resp.Metrics))
-	for _, m := range resp.Metrics {
-		p[m.ID] = m
-	}
-	return p
+// metricsPass is one list call's view of the tasks' cgroups. A runc task's files are
+// read directly (direct.go). The others' metrics come from containerd, for every task
+// at once, in one call made on the first need (containerd asks each shim in turn):
+// each task is read once, for its container's figures and for its pod's sum. A nil
+// pass is a call about one pod or container: each task is read on its own.
+type metricsPass struct {
+	loaded bool
+	all    map[string]*types.Metric // nil: containerd's call failed; read one by one
 }
 
-// sample reads task id's cgroup sample: from the pass when there is one, else from
+// newPass starts a pass; containerd is asked only if some task needs it.
+func (s *Collector) newPass() *metricsPass { return &metricsPass{} }
+
+// metrics is containerd's metrics of task id from the pass: read for all tasks the
+// first time. ok is false when that read failed (then ask for the task alone).
+func (s *Collector) metrics(ctx context.Context, p *metricsPass, id string) (m *types.Metric, ok bool) {
+	if !p.loaded {
+		p.loaded = true
+		resp, err := s.opts.Client.TaskService().Metrics(ctx, &tasksapi.MetricsRequest{})
+		if err != nil {
+			log.G(ctx).WithError(errgrpc.ToNative(err)).Warn("stats: metrics of all tasks; reading one by one")
+		} else {
+			p.all = make(map[string]*types.Metric, len(resp.Metrics))
+			for _, m := range resp.Metrics {
+				p.all[m.ID] = m
+			}
+		}
+	}
+	if p.all == nil {
+		return nil, false
+	}
+	return p.all[id], true
+}
+
+// sample reads task id's cgroup sample: directly when its runtime's cgroups are the
+// host kernel's (direct), else from the pass when there is one, else from
 // containerd. pid is the task's process (its own cgroup2 group, for pressure on a
 // hybrid host and the swap file); 0 if unknown.
-func (s *Collector) sample(ctx context.Context, p metricsPass, id string, pid uint32) (cgroupSample, error) {
+func (s *Collector) sample(ctx context.Context, p *metricsPass, id string, pid uint32, direct bool) (cgroupSample, error) {
+	if direct && pid != 0 {
+		smp, err := s.directSample(id, pid)
+		if err == nil || !errors.Is(err, errNoDirect) {
+			return smp, err
+		}
+		log.G(ctx).WithError(err).WithField("task", id).Debug("stats: reading through containerd")
+	}
 	if p == nil {
 		return s.taskSample(ctx, id)
 	}
-	m, ok := p[id]
-	if !ok || m.Data == nil {
+	m, ok := s.metrics(ctx, p, id)
+	if !ok {
+		return s.taskSample(ctx, id)
+	}
+	if m == nil || m.Data == nil {
 		return cgroupSample{}, fmt.Errorf("task %s: %w", id, errdefs.ErrNotFound)
 	}
 	data, err := typeurl.UnmarshalAny(m.Data)
@@ -60,13 +85,27 @@ func (s *Collector) sample(ctx context.Context, p metricsPass, id string, pid ui
 	return sampleOf(hostFacts(tm))
 }
 
+// directSample reads task id's cgroup files (direct.go).
+func (s *Collector) directSample(id string, pid uint32) (cgroupSample, error) {
+	d, err := s.dirsOf(id, pid)
+	if err != nil {
+		return cgroupSample{}, err
+	}
+	data, at, err := readDirect(d)
+	if err != nil {
+		s.groups.forget(id) // the process may be gone, or another in its place
+		return cgroupSample{}, err
+	}
+	return sampleOf(hostFacts(taskMetrics{data: data, at: at, group: d.group}))
+}
+
 // ListPodStats is PodStats of each pod, with one metrics read for all tasks and one
 // listing of the containers.
 func (s *Collector) ListPodStats(ctx context.Context, pods []pod.Pod) []*runtimeapi.PodSandboxStats {
 	if len(pods) == 0 {
 		return nil
 	}
-	p := s.newPass(ctx)
+	p := s.newPass()
 	byPod := map[string][]Container{}
 	for _, c := range s.opts.Containers.StatsOf("") {
 		byPod[c.SandboxID] = append(byPod[c.SandboxID], c)
@@ -84,7 +123,7 @@ func (s *Collector) ListContainerStats(ctx context.Context, cs []Container) []*r
 	if len(cs) == 0 {
 		return nil
 	}
-	p := s.newPass(ctx)
+	p := s.newPass()
 	out := make([]*runtimeapi.ContainerStats, 0, len(cs))
 	for _, c := range cs {
 		st, _ := s.containerStats(ctx, p, c)
@@ -93,42 +132,67 @@ func (s *Collector) ListContainerStats(ctx context.Context, cs []Container) []*r
 	return out
 }
 
-// layerUsageTTL is how old a writable layer's usage may be. The snapshotter walks
-// the layer's files to measure it; the kubelet asks every 10 s, and containerd's CRI
-// plugin refreshes its own figures in the background at that period.
+// layerUsageTTL is how old a writable layer's usage may be before it is measured
+// again. The snapshotter walks the layer's files to measure it; the kubelet asks
+// every 10 s, and containerd's CRI plugin refreshes its own figures in the background
+// at that period. A stale figure is answered as it is while a new one is measured in
+// the background, so an answer is at most about layerUsageTTL plus one measurement
+// old, and a stats call waits only for layers it never measured.
 const layerUsageTTL = 10 * time.Second
 
 // layerUsage caches writable layers' usage by container id.
 type layerUsage struct {
 	mu   sync.Mutex
-	byID map[string]layerUsageEntry
+	byID map[string]*layerUsageEntry
 }
 
 type layerUsageEntry struct {
 	at           time.Time
 	size, inodes int64
+	refreshing   bool
 }
 
-// writableLayer is the container's writable-layer usage, measured at most
-// layerUsageTTL ago.
+// writableLayer is the container's writable-layer usage (see layerUsageTTL).
 func (s *Collector) writableLayer(ctx context.Context, c Container) (size, inodes int64, err error) {
-	now := time.Now()
 	s.usage.mu.Lock()
 	e, ok := s.usage.byID[c.ID]
-	s.usage.mu.Unlock()
-	if ok && now.Sub(e.at) < layerUsageTTL {
-		return e.size, e.inodes, nil
+	if ok {
+		size, inodes = e.size, e.inodes
+		if time.Since(e.at) >= layerUsageTTL && !e.refreshing {
+			e.refreshing = true
+			go s.measureLayer(context.WithoutCancel(ctx), c, true)
+		}
 	}
+	s.usage.mu.Unlock()
+	if ok {
+		return size, inodes, nil
+	}
+	return s.measureLayer(ctx, c, false)
+}
+
+// measureLayer asks the snapshotter for the layer's usage and keeps it. A background
+// refresh keeps it only if the entry is still there: the container may have been
+// removed (Forget) meanwhile.
+func (s *Collector) measureLayer(ctx context.Context, c Container, background bool) (size, inodes int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	at := time.Now()
 	u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID)
+	s.usage.mu.Lock()
+	defer s.usage.mu.Unlock()
+	e, ok := s.usage.byID[c.ID]
 	if err != nil {
+		if ok {
+			e.refreshing = false
+		}
 		return 0, 0, err
 	}
-	s.usage.mu.Lock()
 	if s.usage.byID == nil {
-		s.usage.byID = map[string]layerUsageEntry{}
+		s.usage.byID = map[string]*layerUsageEntry{}
 	}
-	s.usage.byID[c.ID] = layerUsageEntry{at: now, size: u.Size, inodes: u.Inodes}
-	s.usage.mu.Unlock()
+	if ok || !background {
+		s.usage.byID[c.ID] = &layerUsageEntry{at: at, size: u.Size, inodes: u.Inodes}
+	}
 	return u.Size, u.Inodes, nil
 }
 

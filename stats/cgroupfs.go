@@ -31,25 +31,46 @@ import (
 // parent. Where there is no such group, or the kernel keeps no PSI (no CONFIG_PSI,
 // psi=0: the files are missing or cannot be read), pressure stays nil.
 
-// hostFS says where the host's proc, sys and cgroup2 file systems are; the zero value
+// hostFS says where the host's proc, sys and cgroup file systems are; the zero value
 // reads nothing.
 type hostFS struct {
 	proc, sys string
 	// cgroup2 is where the cgroup2 hierarchy is mounted ("" when it is not).
 	cgroup2 string
+	// v1 are the v1 hierarchies by controller (cpuacct, memory, pids); unifiedOnly is
+	// a host with cgroup2 alone.
+	v1          map[string]cgroupMount
+	unifiedOnly bool
 }
 
-// detectHost finds where cgroup2 is mounted: /sys/fs/cgroup on a v2 host,
-// /sys/fs/cgroup/unified on a hybrid one.
+// cgroupMount is where a v1 hierarchy is mounted, and which of its groups is there
+// (root: "/" unless a group was bind-mounted or shimd runs in a cgroup namespace).
+type cgroupMount struct{ point, root string }
+
+// detectHost finds where cgroup2 is mounted (/sys/fs/cgroup on a v2 host,
+// /sys/fs/cgroup/unified on a hybrid one) and the v1 hierarchies.
 func detectHost() hostFS {
-	h := hostFS{proc: "/proc", sys: "/sys"}
-	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
+	h := hostFS{proc: "/proc", sys: "/sys", v1: map[string]cgroupMount{}}
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return m.FSType != "cgroup" && m.FSType != "cgroup2", false
+	})
 	if err != nil {
-		log.L.WithError(err).Warn("stats: find the cgroup2 mount")
+		log.L.WithError(err).Warn("stats: find the cgroup mounts")
 	}
-	if len(ms) > 0 {
-		h.cgroup2 = ms[0].Mountpoint
+	for _, m := range ms {
+		if m.FSType == "cgroup2" {
+			if h.cgroup2 == "" {
+				h.cgroup2 = m.Mountpoint
+			}
+			continue
+		}
+		for _, opt := range strings.Split(m.VFSOptions, ",") {
+			if _, seen := h.v1[opt]; !seen && (opt == "cpuacct" || opt == "memory" || opt == "pids") {
+				h.v1[opt] = cgroupMount{point: m.Mountpoint, root: strings.TrimSuffix(m.Root, "/")}
+			}
+		}
 	}
+	h.unifiedOnly = h.cgroup2 != "" && len(h.v1) == 0
 	return h
 }
 
@@ -68,7 +89,15 @@ func (h hostFS) ownGroup(pid uint32) string {
 	if err != nil {
 		return ""
 	}
-	unified, v1 := parseProcCgroup(data)
+	return h.ownGroupOf(data)
+}
+
+// ownGroupOf is ownGroup of a process whose /proc/<pid>/cgroup holds procCgroup.
+func (h hostFS) ownGroupOf(procCgroup []byte) string {
+	if h.cgroup2 == "" {
+		return ""
+	}
+	unified, v1 := parseProcCgroup(procCgroup)
 	if unified == "" || unified == "/" {
 		return ""
 	}

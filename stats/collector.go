@@ -1,10 +1,11 @@
 // Package stats answers the CRI's stats and metrics calls: cgroup samples of pods'
-// and containers' tasks (through containerd), writable-layer usage (through the
-// snapshotter) and network counters (read in the pod's network namespace), converted
-// to CRI ContainerStats, PodSandboxStats and cAdvisor-named metrics, with the
-// pressure (PSI) it reads from the cgroup2 hierarchy where containerd's metrics lack
-// it (cgroupfs.go). It keeps only the last CPU sample per task, to give
-// usage_nano_cores.
+// and containers' tasks (a runc task's cgroup files read directly, direct.go; other
+// runtimes' through containerd), writable-layer usage (through the snapshotter, kept
+// up to about 10 s) and network counters (the pause process's /proc, else read in the
+// pod's network namespace), converted to CRI ContainerStats, PodSandboxStats and
+// cAdvisor-named metrics, with the pressure (PSI) it reads from the cgroup2 hierarchy
+// where containerd's metrics lack it (cgroupfs.go). It keeps only the last CPU sample
+// per task, to give usage_nano_cores.
 package stats
 
 import (
@@ -12,6 +13,8 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/pod"
 )
 
 // Container is what stats needs of one container, read when the call came.
@@ -25,6 +28,9 @@ type Container struct {
 	Running       bool
 	// Pid is the task's process while it runs (0 otherwise).
 	Pid uint32
+	// KernelCgroups: the container's runtime puts it in cgroups of the host kernel
+	// (runc), which stats may read directly.
+	KernelCgroups bool
 	// StartedAt is in Unix nanoseconds; Resources the current limits.
 	StartedAt int64
 	Resources *runtimeapi.LinuxContainerResources
@@ -46,6 +52,9 @@ type Options struct {
 	Client     *client.Client
 	Containers Containers
 	Images     Images
+	// Handlers are the runtime handlers: a pod's tells whether its cgroups are the
+	// host kernel's.
+	Handlers pod.Handlers
 }
 
 // Collector samples pods and containers. It is safe for concurrent use.
@@ -54,6 +63,8 @@ type Collector struct {
 	host  hostFS
 	rates cpuRates
 	usage layerUsage // writable layers' usage, up to layerUsageTTL old
+	// groups are the tasks' cgroup directories, for direct reads (direct.go).
+	groups groupCache
 }
 
 // New makes a Collector.
@@ -64,4 +75,12 @@ func (s *Collector) Forget(id string) {
 	s.rates.forget(id)
 	s.rates.forget("pod:" + id)
 	s.usage.forget(id)
+	s.groups.forget(id)
+}
+
+// kernelCgroups tells whether the pods of a runtime handler have cgroups of the host
+// kernel (runc), which stats may read directly.
+func (s *Collector) kernelCgroups(handler string) bool {
+	h, err := s.opts.Handlers.Get(handler)
+	return err == nil && h.KernelCgroups()
 }

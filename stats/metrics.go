@@ -39,7 +39,7 @@ func (s *Collector) PodMetrics(ctx context.Context, sb pod.Pod) *runtimeapi.PodS
 	}
 	pod := metricSet{labels: []string{meta.GetName(), meta.GetNamespace(), "", sb.ID, ""}}
 	if sb.NetNSPath != "" {
-		ifaces, err := network.Interfaces(sb.NetNSPath)
+		ifaces, err := podInterfaces(sb)
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("sandbox", sb.ID).Debug("pod metrics: network counters")
 		}

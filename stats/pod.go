@@ -20,12 +20,12 @@ func (s *Collector) PodStats(ctx context.Context, sb pod.Pod) *runtimeapi.PodSan
 
 // podStats is PodStats of the pod's containers cs, with the pass's metrics if any.
 // Each running container's sample serves its own stats and the pod's sum.
-func (s *Collector) podStats(ctx context.Context, p metricsPass, sb pod.Pod, cs []Container) *runtimeapi.PodSandboxStats {
+func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs []Container) *runtimeapi.PodSandboxStats {
 	now := time.Now()
 	linux := &runtimeapi.LinuxPodSandboxStats{}
 	total := cgroupSample{at: now}
 	var groups []string
-	if smp, err := s.sample(ctx, p, sb.ID, sb.PID); err == nil {
+	if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.kernelCgroups(sb.RuntimeHandler)); err == nil {
 		addSample(&total, smp)
 		groups = append(groups, smp.group)
 	}
@@ -45,7 +45,7 @@ func (s *Collector) podStats(ctx context.Context, p metricsPass, sb pod.Pod, cs 
 		linux.Process.ProcessCount = &runtimeapi.UInt64Value{Value: *total.tasks}
 	}
 	if sb.NetNSPath != "" && sb.State == pod.Ready {
-		if ifaces, err := network.Interfaces(sb.NetNSPath); err == nil {
+		if ifaces, err := podInterfaces(sb); err == nil {
 			linux.Network = &runtimeapi.NetworkUsage{Timestamp: now.UnixNano()}
 			for i, it := range ifaces {
 				u := &runtimeapi.NetworkInterfaceUsage{
@@ -66,6 +66,17 @@ func (s *Collector) podStats(ctx context.Context, p metricsPass, sb pod.Pod, cs 
 		},
 		Linux: linux,
 	}
+}
+
+// podInterfaces reads the counters of the pod's interfaces: from its pause process's
+// /proc (no entering of the namespace), else in its pinned namespace.
+func podInterfaces(sb pod.Pod) ([]network.InterfaceStats, error) {
+	if sb.PID != 0 && !sb.Pauseless {
+		if ifaces, err := network.InterfacesOf(sb.PID); err == nil {
+			return ifaces, nil
+		}
+	}
+	return network.Interfaces(sb.NetNSPath)
 }
 
 // podPSI reads the pressure of the pod's cgroup, found as the parent of the first of

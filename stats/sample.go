@@ -255,14 +255,14 @@ func (s *Collector) ContainerStats(ctx context.Context, c Container) *runtimeapi
 
 // containerStats is ContainerStats with the pass's metrics if any; it also returns
 // the running container's cgroup sample (nil when there is none).
-func (s *Collector) containerStats(ctx context.Context, p metricsPass, c Container) (*runtimeapi.ContainerStats, *cgroupSample) {
+func (s *Collector) containerStats(ctx context.Context, p *metricsPass, c Container) (*runtimeapi.ContainerStats, *cgroupSample) {
 	out := &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{
 		Id: c.ID, Metadata: c.Metadata, Labels: c.Labels, Annotations: c.Annotations,
 	}}
 	now := time.Now().UnixNano()
 	var sampled *cgroupSample
 	if c.Running {
-		if smp, err := s.sample(ctx, p, c.ID, c.Pid); err == nil {
+		if smp, err := s.sample(ctx, p, c.ID, c.Pid, c.KernelCgroups); err == nil {
 			out.Cpu, out.Memory = s.cpuMem(c.ID, smp)
 			out.Io, out.Swap = ioUsage(smp), swapUsage(smp)
 			sampled = &smp

@@ -301,7 +301,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM, CDI: cdiRegistry,
 		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
 	})
-	collector := stats.New(stats.Options{Client: cl, Containers: containers, Images: images})
+	collector := stats.New(stats.Options{Client: cl, Containers: containers, Images: images, Handlers: handlerSet})
 	rs := runtime.New(runtime.Options{
 		Containerd: cl, Sandboxes: sandboxes, Containers: containers, Stats: collector, Network: cni,
 		Handlers: handlerSet, Node: containers.Node(), HandlerNames: handlers,

@@ -6,7 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"text/tabwriter"
@@ -112,8 +116,10 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 	before, shimsBefore := s.usage(b), shimUsage(b, s.address)
 	t0 = time.Now()
 	p := &poller{side: s, pods: pods}
+	profiled := s.profileShimd(b, n, window)
 	p.run(window)
 	elapsed := time.Since(t0)
+	<-profiled
 	after, shimsAfter := s.usage(b), shimUsage(b, s.address)
 
 	r.daemonCPU = ms(after.cpu-before.cpu) / elapsed.Seconds()
@@ -350,4 +356,36 @@ func reportPolling(b *testing.B, n int, window time.Duration, sh, cd *costSide, 
 		b.ReportMetric(m.c, fmt.Sprintf("%s-%dpods-%s", cd.name, n, m.name))
 		b.ReportMetric(m.s/m.c, fmt.Sprintf("%dpods-%s-ratio", n, m.name))
 	}
+}
+
+// profileShimd takes a CPU profile of shimd over the window when BENCH_SHIMD_DEBUG
+// (shimd's debug socket) and POLL_PROFILE_DIR are set: <dir>/shimd-<n>pods.pprof, to
+// read with go tool pprof. The channel closes when it is written (at once if not).
+func (s *costSide) profileShimd(b *testing.B, n int, window time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	sock, dir := os.Getenv("BENCH_SHIMD_DEBUG"), os.Getenv("POLL_PROFILE_DIR")
+	if s.own == nil || sock == "" || dir == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+		resp, err := hc.Get(fmt.Sprintf("http://shimd/debug/pprof/profile?seconds=%d", int(window.Seconds())))
+		if err != nil {
+			b.Logf("profile shimd: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("shimd-%dpods.pprof", n)), data, 0o644)
+		}
+		if err != nil {
+			b.Logf("profile shimd: %v", err)
+		}
+	}()
+	return done
 }

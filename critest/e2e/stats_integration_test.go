@@ -4,12 +4,18 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	cgroup1 "github.com/containerd/cgroups/v3/cgroup1/stats"
+	cgroup2 "github.com/containerd/cgroups/v3/cgroup2/stats"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/typeurl/v2"
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -256,4 +262,72 @@ func TestStatsPressureIOSwapProcesses(t *testing.T) {
 
 	stopRemove(t, rs, p.id)
 	stopRemove(t, rs, plain.id)
+}
+
+// The stats lists read a runc task's cgroup files themselves and a pod's network
+// counters from its pause process's /proc (stats/direct.go): their figures must be
+// those containerd's own metrics give for the same tasks, and those of the pod's
+// interfaces. A container writes 20 MiB to its pod's /dev/shm (shared memory, charged to its
+// cgroup and in its working set) and then sleeps, so both reads see the
+// same memory; connections from the host to a closed port of the pod give its interface bytes.
+func TestStatsListsMatchContainerd(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	p := newPod(t, rs, "stats-direct")
+	id := p.run(p.container("holder", "sh", "-c", "dd if=/dev/zero of=/dev/shm/held bs=1M count=20 && echo held; sleep 3600"))
+	require.Eventually(t, func() bool { return strings.Contains(readLog(p, "holder"), "held") }, time.Minute, 100*time.Millisecond, "the container holds its memory")
+	ip := podStatus(t, rs, p.id).Network.Ip
+	for range 3 { // a SYN in, a RST out: the port is closed
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "9"), 2*time.Second); err == nil {
+			c.Close()
+		}
+	}
+
+	ctx := ctxT(t, time.Minute)
+	cs, err := rs.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{})
+	require.NoError(t, err)
+	ps, err := rs.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{})
+	require.NoError(t, err)
+
+	cl := env.Containerd.Client(t)
+	nsCtx := namespaces.WithNamespace(ctx, env.Shimd.Namespace())
+	ws := func(taskID string) (workingSet, cpu uint64) {
+		task, err := cl.TaskService().Metrics(nsCtx, &tasksapi.MetricsRequest{Filters: []string{"id==" + taskID}})
+		require.NoError(t, err)
+		require.Len(t, task.Metrics, 1, taskID)
+		data, err := typeurl.UnmarshalAny(task.Metrics[0].Data)
+		require.NoError(t, err)
+		switch m := data.(type) {
+		case *cgroup1.Metrics:
+			return m.Memory.Usage.Usage - min(m.Memory.Usage.Usage, m.Memory.TotalInactiveFile), m.CPU.Usage.Total
+		case *cgroup2.Metrics:
+			return m.Memory.Usage - min(m.Memory.Usage, m.Memory.InactiveFile), m.CPU.UsageUsec * 1000
+		}
+		t.Fatalf("metrics of %T", data)
+		return 0, 0
+	}
+	require.Len(t, cs.Stats, 1)
+	c := cs.Stats[0]
+	require.Equal(t, id, c.Attributes.Id)
+	ctrWS, ctrCPU := ws(id)
+	t.Logf("container: working set %d (containerd %d), CPU %d ns (containerd %d)",
+		c.Memory.WorkingSetBytes.GetValue(), ctrWS, c.Cpu.UsageCoreNanoSeconds.GetValue(), ctrCPU)
+	require.Greater(t, ctrWS, uint64(20e6), "containerd's working set of the holder")
+	require.InDelta(t, float64(ctrWS), float64(c.Memory.WorkingSetBytes.GetValue()), 2<<20, "working set: shimd's read against containerd's")
+	require.LessOrEqual(t, c.Cpu.UsageCoreNanoSeconds.GetValue(), ctrCPU, "CPU read before containerd's")
+	require.InDelta(t, float64(ctrCPU), float64(c.Cpu.UsageCoreNanoSeconds.GetValue()), 50e6, "CPU: shimd's read against containerd's")
+
+	require.Len(t, ps.Stats, 1)
+	pl := ps.Stats[0].Linux
+	pauseWS, _ := ws(p.id)
+	require.InDelta(t, float64(ctrWS+pauseWS), float64(pl.Memory.WorkingSetBytes.GetValue()), 2<<20, "pod working set: pause + holder")
+	require.NotNil(t, pl.Network, "pod network counters")
+	eth0 := pl.Network.DefaultInterface
+	require.Equal(t, "eth0", eth0.Name)
+	require.Greater(t, eth0.RxBytes.GetValue(), uint64(3*60), "3 SYNs in")
+	require.Greater(t, eth0.TxBytes.GetValue(), uint64(3*40), "3 RSTs out")
+	stopRemove(t, rs, p.id)
+	env.CheckNoLeaks(t)
 }

@@ -1,0 +1,207 @@
+package stats
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
+	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
+)
+
+// Direct reads: the stats lists read a runc task's cgroup files themselves, rather
+// than asking containerd for every task's metrics (containerd then asks each shim in
+// turn, and each shim reads every file of every controller). Only the files the CRI
+// stats use are read, into the fields of containerd's own metrics types that
+// sampleOf converts, so both paths give the same figures:
+//
+//	v1: cpuacct.usage; memory.usage_in_bytes, memory.limit_in_bytes, memory.stat
+//	    (total_inactive_file, total_rss, total_pgfault, total_pgmajfault),
+//	    memory.memsw.usage_in_bytes and memory.memsw.limit_in_bytes where swap is
+//	    accounted; pids.current
+//	v2: cpu.stat (usage_usec); memory.current, memory.stat (inactive_file, anon,
+//	    pgfault, pgmajfault), memory.swap.current and memory.swap.max where swap is
+//	    accounted; pids.current; cpu, memory and io pressure
+//
+// A task's groups come from /proc/<pid>/cgroup, kept per task id and pid (runc never
+// moves a container's init process). Tasks of other runtimes (gVisor's cgroups are
+// the sandbox's, not the container's), and any task whose files cannot be read, go
+// through containerd as before.
+
+// cgroupDirs are the directories of one task's cgroups.
+type cgroupDirs struct {
+	pid uint32
+	// cpuacct, memory and pids are the v1 groups (empty on a v2 host).
+	cpuacct, memory, pids string
+	// unified is the v2 group on a v2 host.
+	unified string
+	// group is the task's own cgroup2 group (hostFS.ownGroup): its pressure on a
+	// hybrid host; "" when it has none.
+	group string
+}
+
+// groupCache keeps each task's cgroupDirs by task id.
+type groupCache struct {
+	mu   sync.Mutex
+	byID map[string]cgroupDirs
+}
+
+func (g *groupCache) forget(id string) {
+	g.mu.Lock()
+	delete(g.byID, id)
+	g.mu.Unlock()
+}
+
+// errNoDirect: the task's cgroups cannot be read directly; ask containerd.
+var errNoDirect = errors.New("no direct cgroup read")
+
+// dirsOf finds task id's cgroup directories from its process pid.
+func (s *Collector) dirsOf(id string, pid uint32) (cgroupDirs, error) {
+	s.groups.mu.Lock()
+	d, ok := s.groups.byID[id]
+	s.groups.mu.Unlock()
+	if ok && d.pid == pid {
+		return d, nil
+	}
+	data, err := os.ReadFile(filepath.Join(s.host.proc, strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	if err != nil {
+		return cgroupDirs{}, fmt.Errorf("%w: %v", errNoDirect, err)
+	}
+	d, err = s.host.taskDirs(data)
+	if err != nil {
+		return cgroupDirs{}, err
+	}
+	d.pid, d.group = pid, s.host.ownGroupOf(data)
+	s.groups.mu.Lock()
+	if s.groups.byID == nil {
+		s.groups.byID = map[string]cgroupDirs{}
+	}
+	s.groups.byID[id] = d
+	s.groups.mu.Unlock()
+	return d, nil
+}
+
+// taskDirs maps the paths of /proc/<pid>/cgroup onto the host's cgroup mounts.
+func (h hostFS) taskDirs(procCgroup []byte) (cgroupDirs, error) {
+	unified, byCtrl := parseProcCgroup(procCgroup)
+	if h.unifiedOnly {
+		if unified == "" || h.cgroup2 == "" {
+			return cgroupDirs{}, fmt.Errorf("%w: no cgroup2 group", errNoDirect)
+		}
+		return cgroupDirs{unified: filepath.Join(h.cgroup2, unified)}, nil
+	}
+	var d cgroupDirs
+	for ctrl, dst := range map[string]*string{"cpuacct": &d.cpuacct, "memory": &d.memory, "pids": &d.pids} {
+		m, ok := h.v1[ctrl]
+		p, in := byCtrl[ctrl]
+		if !ok || !in {
+			if ctrl == "pids" {
+				continue // a kernel without the pids controller: no task count
+			}
+			return cgroupDirs{}, fmt.Errorf("%w: no %s cgroup", errNoDirect, ctrl)
+		}
+		rel, ok := strings.CutPrefix(p, m.root)
+		if !ok {
+			return cgroupDirs{}, fmt.Errorf("%w: %s group %s outside the mount's root %s", errNoDirect, ctrl, p, m.root)
+		}
+		*dst = filepath.Join(m.point, rel)
+	}
+	return d, nil
+}
+
+// readDirect reads a task's cgroup files into containerd's metrics type of the host's
+// cgroup version.
+func readDirect(d cgroupDirs) (any, time.Time, error) {
+	at := time.Now()
+	var r fileReader
+	if d.unified != "" {
+		m := &v2.Metrics{CPU: &v2.CPUStat{}, Memory: &v2.MemoryStat{}}
+		cpu := r.keyed(d.unified, "cpu.stat")
+		m.CPU.UsageUsec = cpu["usage_usec"]
+		m.Memory.Usage = r.uint(d.unified, "memory.current")
+		st := r.keyed(d.unified, "memory.stat")
+		m.Memory.InactiveFile, m.Memory.Anon, m.Memory.Pgfault, m.Memory.Pgmajfault = st["inactive_file"], st["anon"], st["pgfault"], st["pgmajfault"]
+		if hasFile(d.unified, "memory.swap.current") {
+			m.Memory.SwapUsage = r.uint(d.unified, "memory.swap.current")
+			m.Memory.SwapLimit = r.uint(d.unified, "memory.swap.max")
+		}
+		if hasFile(d.unified, "pids.current") {
+			m.Pids = &v2.PidsStat{Current: r.uint(d.unified, "pids.current")}
+		}
+		psi := readPSI(d.unified)
+		m.CPU.PSI, m.Memory.PSI = psi.cpu, psi.memory
+		if psi.io != nil {
+			m.Io = &v2.IOStat{PSI: psi.io}
+		}
+		return m, at, r.err
+	}
+	m := &v1.Metrics{CPU: &v1.CPUStat{Usage: &v1.CPUUsage{}}, Memory: &v1.MemoryStat{Usage: &v1.MemoryEntry{}}}
+	m.CPU.Usage.Total = r.uint(d.cpuacct, "cpuacct.usage")
+	m.Memory.Usage.Usage = r.uint(d.memory, "memory.usage_in_bytes")
+	m.Memory.Usage.Limit = r.uint(d.memory, "memory.limit_in_bytes")
+	st := r.keyed(d.memory, "memory.stat")
+	m.Memory.TotalInactiveFile, m.Memory.TotalRSS = st["total_inactive_file"], st["total_rss"]
+	m.Memory.TotalPgFault, m.Memory.TotalPgMajFault = st["total_pgfault"], st["total_pgmajfault"]
+	if hasFile(d.memory, "memory.memsw.usage_in_bytes") {
+		m.Memory.Swap = &v1.MemoryEntry{Usage: r.uint(d.memory, "memory.memsw.usage_in_bytes"), Limit: r.uint(d.memory, "memory.memsw.limit_in_bytes")}
+	}
+	if d.pids != "" {
+		m.Pids = &v1.PidsStat{Current: r.uint(d.pids, "pids.current")}
+	}
+	return m, at, r.err
+}
+
+// fileReader reads cgroup files, keeping the first error.
+type fileReader struct{ err error }
+
+func (r *fileReader) read(dir, name string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		r.err = fmt.Errorf("%w: %v", errNoDirect, err)
+	}
+	return data
+}
+
+// uint reads a file of one number; "max" is math.MaxUint64, as containerd reads it.
+func (r *fileReader) uint(dir, name string) uint64 {
+	data := bytes.TrimSpace(r.read(dir, name))
+	if r.err != nil {
+		return 0
+	}
+	if string(data) == "max" {
+		return math.MaxUint64
+	}
+	v, err := strconv.ParseUint(string(data), 10, 64)
+	if err != nil {
+		r.err = fmt.Errorf("%w: %s/%s: %v", errNoDirect, dir, name, err)
+	}
+	return v
+}
+
+// keyed reads a file of "key value" lines.
+func (r *fileReader) keyed(dir, name string) map[string]uint64 {
+	data := r.read(dir, name)
+	out := map[string]uint64{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out
+}
