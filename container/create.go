@@ -58,13 +58,10 @@ func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerReq
 		return nil, err
 	}
 	name := sb.ID + "_" + cfg.GetMetadata().GetName() + "_" + fmt.Sprint(cfg.GetMetadata().GetAttempt())
-	if err := s.containers.reserve(name); err != nil {
-		if c := s.containers.retried(name, cfg); c != nil {
-			// The kubelet's retry of a create that finished after it gave up (or
-			// before shimd restarted): the container that call made.
-			return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
-		}
+	if c, err := s.reserveName(ctx, name, cfg); err != nil {
 		return nil, err
+	} else if c != nil {
+		return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
 	}
 	defer func() {
 		if retErr != nil {
@@ -111,6 +108,32 @@ func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	s.events.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	s.nri.containerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)
 	return &runtimeapi.CreateContainerResponse{ContainerId: c.ID}, nil
+}
+
+// reserveName reserves name for a new container. A CreateContainer of the same name
+// is the kubelet's retry of one it gave up on: while that one still runs (its work is
+// detached from its caller), the retry waits for it, then gets the container it made
+// or, if it failed, tries afresh; one that finished after the kubelet gave up (or
+// before shimd restarted) hands back its container. A container of that name with
+// another config, or no longer CREATED, is AlreadyExists.
+func (s *Manager) reserveName(ctx context.Context, name string, cfg *runtimeapi.ContainerConfig) (*Container, error) {
+	for {
+		busy, err := s.containers.reserve(name)
+		if err == nil {
+			return nil, nil
+		}
+		if busy == nil {
+			if c := s.containers.retried(name, cfg); c != nil {
+				return c, nil
+			}
+			return nil, err
+		}
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the CreateContainer of %q still at work: %w", name, ctx.Err())
+		}
+	}
 }
 
 func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, st *steps) (retErr error) {

@@ -16,21 +16,37 @@ type containerStore struct {
 	mu    sync.Mutex
 	byID  map[string]*Container
 	names map[string]string // name -> id ("" while CreateContainer runs)
+	// busy: name -> closed when the CreateContainer that reserved it ends (add or
+	// release); only while it runs.
+	busy map[string]chan struct{}
 }
 
 func newContainerStore() *containerStore {
-	return &containerStore{byID: map[string]*Container{}, names: map[string]string{}}
+	return &containerStore{byID: map[string]*Container{}, names: map[string]string{}, busy: map[string]chan struct{}{}}
 }
 
-// reserve takes a name for a new container; AlreadyExists when it is taken.
-func (s *containerStore) reserve(name string) error {
+// reserve takes a name for a new container; AlreadyExists when it is taken. While
+// the CreateContainer that took it still runs, busy is closed when that one ends.
+func (s *containerStore) reserve(name string) (busy <-chan struct{}, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id, ok := s.names[name]; ok {
-		return fmt.Errorf("container name %q is in use by container %q: %w", name, id, errdefs.ErrAlreadyExists)
+		if ch, ok := s.busy[name]; ok {
+			return ch, fmt.Errorf("container name %q is reserved by a CreateContainer still at work: %w", name, errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("container name %q is in use by container %q: %w", name, id, errdefs.ErrAlreadyExists)
 	}
 	s.names[name] = ""
-	return nil
+	s.busy[name] = make(chan struct{})
+	return nil, nil
+}
+
+// done ends the reservation of name: its waiters go on. Under s.mu.
+func (s *containerStore) done(name string) {
+	if ch, ok := s.busy[name]; ok {
+		close(ch)
+		delete(s.busy, name)
+	}
 }
 
 // retried returns the container named name if it is still CREATED with the same
@@ -48,6 +64,7 @@ func (s *containerStore) retried(name string, cfg *runtimeapi.ContainerConfig) *
 func (s *containerStore) release(name string) {
 	s.mu.Lock()
 	delete(s.names, name)
+	s.done(name)
 	s.mu.Unlock()
 }
 
@@ -55,6 +72,7 @@ func (s *containerStore) add(c *Container) {
 	s.mu.Lock()
 	s.byID[c.ID] = c
 	s.names[c.Name] = c.ID
+	s.done(c.Name)
 	s.mu.Unlock()
 }
 

@@ -51,7 +51,8 @@
 // OCI spec (runtime/spec, a pure function) -> inject the CDI devices asked for
 // (container/cdi.go; checked first) -> NRI plugins adjust the spec (container/nri.go)
 // -> containerd container -> status CREATED.
-// A create retried with the same name and config returns the first call's container.
+// A create retried with the same name and config returns the first call's container
+// (waiting for it while the first call still runs).
 // Start: a task with its stdio FIFOs copied to the CRI log (started in the pod's
 // running shim) -> RUNNING; the event monitor sees the exit. A start that fails
 // because the pod stopped meanwhile is FailedPrecondition.
