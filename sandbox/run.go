@@ -145,7 +145,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
-	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s task-create=%s task-start=%s record=%s",
+	log.G(ctx).WithField("ips", sb.IPs).WithField("mode", "pause").WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s task-create=%s task-start=%s record=%s",
 		t1.Sub(t0), t2.Sub(t1), tNet, tTask, tCreate, tTask-tCreate, time.Since(t2)-max(tNet, tTask))).Info("sandbox ready")
 	return sb, nil
 }
@@ -187,7 +187,7 @@ func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt pod.Handler,
 	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
 		return fmt.Errorf("record sandbox: %w", err)
 	}
-	log.G(ctx).WithField("ips", sb.IPs).WithField("steps", fmt.Sprintf("pauseless record+files+namespaces=%s cni=%s record=%s",
+	log.G(ctx).WithField("ips", sb.IPs).WithField("mode", "pause-less").WithField("steps", fmt.Sprintf("pauseless record+files+namespaces=%s cni=%s record=%s",
 		t1.Sub(t0), t2.Sub(t1), time.Since(t2))).Info("sandbox ready")
 	return nil
 }

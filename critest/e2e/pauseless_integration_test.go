@@ -114,6 +114,9 @@ func TestPauselessPod(t *testing.T) {
 	info := podInfo(t, rs, pod.id)
 	require.Equal(t, true, info["pauseless"])
 	require.EqualValues(t, 0, info["pid"])
+	logData, err := os.ReadFile(env.Shimd.LogPath())
+	require.NoError(t, err)
+	require.Regexp(t, `msg="sandbox ready".* mode=pause-less .*sandbox=`+pod.id, string(logData), "shimd's log says the pod's mode")
 	pins := map[string]string{
 		"net": filepath.Join(env.Shimd.StateDir(), "netns", pod.id),
 		"ipc": filepath.Join(env.Shimd.StateDir(), "ipcns", pod.id),
