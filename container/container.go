@@ -72,6 +72,9 @@ type Container struct {
 	restore *checkpointSource
 	// checkpointing is set while a checkpoint of the container runs (checkpoint.go).
 	checkpointing atomic.Bool
+	// finishing is set by the first Exits.finish: an exit is told more than once (its
+	// TaskExit, then the TaskDelete of shimd's own delete of the task) and recorded once.
+	finishing atomic.Bool
 }
 
 func (c *Container) setRootfs(m []mount.Mount) {

@@ -111,6 +111,7 @@ type Manager struct {
 	cdi        cdiInjector
 	nri        *NRIGlue
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
+	closing    chan struct{}  // closed by Close: ends the waits for lost exits
 	creating   sync.Map       // ids of containers whose CreateContainer is in progress
 	userDBs    userDBCache    // images' /etc/passwd and /etc/group, by chain id
 	ckpt       *Checkpoints
@@ -131,7 +132,7 @@ func New(opts Options) *Manager {
 	if opts.CleanupTimeout == 0 {
 		opts.CleanupTimeout = 2 * time.Minute
 	}
-	s := &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore()}
+	s := &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore(), closing: make(chan struct{})}
 	s.nri = &NRIGlue{m: s, plugins: opts.NRI}
 	s.events = &Events{m: s}
 	s.exits = &Exits{m: s}
@@ -156,9 +157,11 @@ func (s *Manager) Checkpoints() *Checkpoints { return s.ckpt }
 func (s *Manager) Exits() *Exits { return s.exits }
 
 // Close is for shutdown, after the server and the event monitor stopped: it waits for
-// the exits being recorded and stops copying the output of running containers. Their
-// FIFOs stay, and the next shimd reattaches to them (Recover), as after a crash.
+// the exits being recorded (not for lost ones, see lostExitWait) and stops copying the
+// output of running containers. Their FIFOs stay, and the next shimd reattaches to
+// them (Recover), as after a crash.
 func (s *Manager) Close() {
+	close(s.closing)
 	s.finishing.Wait()
 	var copying []*containerIO
 	for _, c := range s.containers.list() {

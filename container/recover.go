@@ -187,7 +187,7 @@ func (s *Manager) SweepOrphans(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, _, running, err := s.exits.taskState(ctx, c.ID); err != nil || running {
+		if ts, err := s.exits.taskState(ctx, c.ID); err != nil || ts.running {
 			continue
 		}
 		log.G(ctx).WithField("container", c.ID).Info("removing a container shimd does not know (its earlier removal failed)")

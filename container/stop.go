@@ -74,8 +74,8 @@ func (s *Manager) waitExit(ctx context.Context, c *Container, d time.Duration) (
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	if code, at, running, err := s.exits.taskState(ctx, c.ID); err == nil && !running {
-		s.exits.finish(ctx, c, code, at)
+	if ts, err := s.exits.taskState(ctx, c.ID); err == nil && !ts.running {
+		s.exits.finish(ctx, c, ts.code, ts.at)
 	}
 	return c.Status().State == runtimeapi.ContainerState_CONTAINER_EXITED, nil
 }

@@ -37,8 +37,8 @@
 // short is undone or adopted, so the kubelet's retry succeeds), and
 // sandbox.Manager.Sweep stops shims no task uses and removes empty cgroups no
 // container has (sandbox/shims.go, sandbox/cgroups.go). One event monitor
-// (package taskevents, owned by cmd/shimd) follows task exits and OOM kills for
-// sandboxes and containers alike, re-reading every sandbox's and container's state
+// (package taskevents, owned by cmd/shimd) follows task exits, deletes and OOM kills
+// for sandboxes and containers alike, re-reading every sandbox's and container's state
 // and sweeping again whenever it reconnects to containerd. The runtime service asks
 // of package sandbox only what PodSandboxes (service.go) declares.
 //

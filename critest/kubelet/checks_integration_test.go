@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shimd/shimd/critest/harness"
+	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
 )
 
 // criID strips the runtime prefix from a kubelet container id ("shimd://ID").
@@ -96,6 +98,48 @@ func (s *e2e) snapshot(t testing.TB) map[string]podSnapshot {
 		out[name] = snap
 	}
 	return out
+}
+
+// sameContainers tells how the kubelet's /pods differs from the snapshot: a pod
+// that is gone or not Running, a container not running, with another id or
+// another restart count.
+func (s *e2e) sameContainers(before map[string]podSnapshot) error {
+	pods, err := s.k.Pods()
+	if err != nil {
+		return err
+	}
+	return s.diffPods(pods, before)
+}
+
+// diffPods is sameContainers on a /pods the caller read.
+func (s *e2e) diffPods(pods []corev1.Pod, before map[string]podSnapshot) error {
+	byName := map[string]*corev1.Pod{}
+	for i := range pods {
+		byName[pods[i].Name] = &pods[i]
+	}
+	for _, name := range s.pods {
+		p := byName[s.k.MirrorName(name)]
+		if p == nil {
+			return fmt.Errorf("pod %s not in the kubelet's /pods", s.k.MirrorName(name))
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("pod %s: phase %s", name, p.Status.Phase)
+		}
+		b := before[name]
+		for cname, id := range b.containers {
+			cs := containerStatus(p, cname)
+			if cs == nil || cs.State.Running == nil {
+				return fmt.Errorf("pod %s container %s: not running: %+v", name, cname, cs)
+			}
+			if criID(cs.ContainerID) != id {
+				return fmt.Errorf("pod %s container %s: id %s, was %s", name, cname, cs.ContainerID, id)
+			}
+			if cs.RestartCount != b.restarts[cname] {
+				return fmt.Errorf("pod %s container %s: restartCount %d, was %d", name, cname, cs.RestartCount, b.restarts[cname])
+			}
+		}
+	}
+	return nil
 }
 
 // compareCRI checks that shimd has exactly the snapshot's sandboxes (ready)

@@ -67,39 +67,11 @@ func TestKubeletStatsFromCRI(t *testing.T) {
 }
 
 func runKubelet(t *testing.T, gates map[string]bool) *e2e {
-	if os.Geteuid() != 0 {
-		t.Skip("the kubelet e2e test needs root")
+	s := startE2E(t, gates)
+	if s == nil {
 		return nil
 	}
-	if _, err := os.Stat(Binary()); err != nil {
-		// "make integration" runs every package; "make e2e-kubelet" builds it first.
-		t.Skipf("no kubelet at %s: build it with hack/tools.sh kubelet (make e2e-kubelet)", Binary())
-		return nil
-	}
-	reg := harness.StartRegistry(t, harness.RegistryOptions{})
-	hosts := filepath.Join(harness.NewBaseDir(t), "hosts")
-	reg.WriteHermeticHostsDir(t, hosts) // a missing image never falls through to the real registry
-	env := harness.New(t, harness.Options{
-		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
-		LeakTimeout: time.Minute,
-	})
-	s := &e2e{env: env, rt: env.Shimd.Runtime(t), pods: append([]string(nil), testPods...)}
-
-	start := time.Now()
-	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node", FeatureGates: gates})
-	t.Logf("kubelet %s pid %d up in %s: API %s, read-only :%d, root %s, log %s",
-		Version(), s.k.PID(), time.Since(start).Round(time.Millisecond), s.k.URL(), s.k.ReadOnly, s.k.RootDir, s.k.LogPath)
-	// On failure: stop the kubelet first so it recreates nothing, then take
-	// down through CRI whatever pods it left, so that netns, leases and
-	// cgroups go too (the failed step has said what went wrong; the
-	// harness's leak check runs after this on what remains).
-	t.Cleanup(func() {
-		if t.Failed() {
-			s.k.Stop()
-			s.forceRemovePods(t)
-		}
-	})
-
+	s.pods = append([]string(nil), testPods...)
 	s.hostPort = FreePort(t)
 	for _, p := range []*corev1.Pod{sharePod(), probePod(), webPod(s.hostPort), loggerPod()} {
 		s.k.WritePod(t, p)
@@ -123,6 +95,44 @@ func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 	}
 	t.Run("6_kill9_shimd_and_restart_kubelet", s.stepRestart)
 	t.Run("7_remove_manifests_teardown", s.stepTeardown)
+	return s
+}
+
+// startE2E starts the registry, containerd, shimd and a kubelet with gates, with
+// no pods; it skips the test (and returns nil) without root or a kubelet binary.
+func startE2E(t *testing.T, gates map[string]bool) *e2e {
+	if os.Geteuid() != 0 {
+		t.Skip("the kubelet e2e test needs root")
+		return nil
+	}
+	if _, err := os.Stat(Binary()); err != nil {
+		// "make integration" runs every package; "make e2e-kubelet" builds it first.
+		t.Skipf("no kubelet at %s: build it with hack/tools.sh kubelet (make e2e-kubelet)", Binary())
+		return nil
+	}
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	hosts := filepath.Join(harness.NewBaseDir(t), "hosts")
+	reg.WriteHermeticHostsDir(t, hosts) // a missing image never falls through to the real registry
+	env := harness.New(t, harness.Options{
+		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
+		LeakTimeout: time.Minute,
+	})
+	s := &e2e{env: env, rt: env.Shimd.Runtime(t)}
+
+	start := time.Now()
+	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node", FeatureGates: gates})
+	t.Logf("kubelet %s pid %d up in %s: API %s, read-only :%d, root %s, log %s",
+		Version(), s.k.PID(), time.Since(start).Round(time.Millisecond), s.k.URL(), s.k.ReadOnly, s.k.RootDir, s.k.LogPath)
+	// On failure: stop the kubelet first so it recreates nothing, then take
+	// down through CRI whatever pods it left, so that netns, leases and
+	// cgroups go too (the failed step has said what went wrong; the
+	// harness's leak check runs after this on what remains).
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.k.Stop()
+			s.forceRemovePods(t)
+		}
+	})
 	return s
 }
 

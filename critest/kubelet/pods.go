@@ -3,8 +3,12 @@
 package kubelet
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -108,6 +112,28 @@ func (k *Kubelet) ContainerLogs(pod, container string, o LogOptions) (string, er
 	}
 	b, err := k.Get(p)
 	return string(b), err
+}
+
+// FollowLogs opens /containerLogs/<ns>/<pod>/<container>?follow=true (what
+// `kubectl logs -f` reads) from the tailLines newest lines on; the stream lasts
+// until ctx ends, the kubelet ends it, or the caller closes it.
+func (k *Kubelet) FollowLogs(ctx context.Context, pod, container string, tailLines int) (io.ReadCloser, error) {
+	u := fmt.Sprintf("%s/containerLogs/%s/%s/%s?follow=true&tailLines=%d", k.URL(), Namespace, k.MirrorName(pod), container, tailLines)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	// k.client's Timeout would cut the stream: the same transport without it.
+	resp, err := (&http.Client{Transport: k.client.Transport}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(b))
+	}
+	return resp.Body, nil
 }
 
 // Summary is the part of /stats/summary the tests read

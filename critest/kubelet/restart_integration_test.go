@@ -50,28 +50,7 @@ func (s *e2e) stepRestart(t *testing.T) {
 
 	// The same containers run with the same restart counts (ready or not:
 	// readiness restarts at "not ready" with each kubelet until its probe runs).
-	same := func() error {
-		for _, name := range s.pods {
-			p, err := s.k.Pod(name)
-			if err != nil {
-				return err
-			}
-			b := before[name]
-			for cname, id := range b.containers {
-				cs := containerStatus(p, cname)
-				if cs == nil || cs.State.Running == nil {
-					return fmt.Errorf("pod %s container %s: not running: %+v", name, cname, cs)
-				}
-				if criID(cs.ContainerID) != id {
-					return fmt.Errorf("pod %s container %s: id %s, was %s", name, cname, cs.ContainerID, id)
-				}
-				if cs.RestartCount != b.restarts[cname] {
-					return fmt.Errorf("pod %s container %s: restartCount %d, was %d", name, cname, cs.RestartCount, b.restarts[cname])
-				}
-			}
-		}
-		return nil
-	}
+	same := func() error { return s.sameContainers(before) }
 	ready := func() error {
 		for _, name := range []string{"probe", "web"} {
 			p, err := s.k.Pod(name)
