@@ -21,7 +21,7 @@ func TestTuneGoRuntimeDefaultsAndOverrides(t *testing.T) {
 	}
 	tuneGoRuntime()
 	require.Equal(t, defaultGCPercent, debug.SetGCPercent(100))
-	require.Equal(t, int64(defaultMemoryLimit), debug.SetMemoryLimit(math.MaxInt64))
+	require.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(math.MaxInt64), "no soft memory limit by default")
 
 	// The operator's GOGC and GOMEMLIMIT win (the runtime read them at start-up).
 	t.Setenv("GOGC", "80")
