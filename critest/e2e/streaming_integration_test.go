@@ -354,8 +354,8 @@ func TestStreamingPortForward(t *testing.T) {
 	for _, proto := range protocols {
 		lp := freePort(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, env.Tools.Crictl, "--runtime-endpoint", env.Shimd.Endpoint(),
-			"port-forward", "--transport", proto, pod.id, fmt.Sprintf("%d:8080", lp))
+		cmd := exec.CommandContext(ctx, env.Tools.Crictl, append(env.Shimd.CrictlFlags(),
+			"port-forward", "--transport", proto, pod.id, fmt.Sprintf("%d:8080", lp))...)
 		var log syncBuffer
 		cmd.Stdout, cmd.Stderr = &log, &log
 		require.NoError(t, cmd.Start())
@@ -386,7 +386,7 @@ func TestStreamingCrictl(t *testing.T) {
 	// reaches the process just after it starts, hence the loop.
 	if _, err := exec.LookPath("script"); err == nil {
 		loop := `for i in $(seq 100); do s=$(stty size 2>/dev/null); [ "$s" = "22 77" ] && break; sleep 0.1; done; echo "size $s"`
-		line := fmt.Sprintf("stty cols 77 rows 22; %s --runtime-endpoint %s exec -it %s sh -c '%s'", env.Tools.Crictl, env.Shimd.Endpoint(), id, loop)
+		line := fmt.Sprintf("stty cols 77 rows 22; %s %s exec -it %s sh -c '%s'", env.Tools.Crictl, strings.Join(env.Shimd.CrictlFlags(), " "), id, loop)
 		out, err := exec.Command("script", "-qec", line, "/dev/null").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Contains(t, string(out), "size 22 77")

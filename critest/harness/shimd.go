@@ -321,6 +321,13 @@ func (s *Shimd) conn(t testing.TB) *grpc.ClientConn {
 	return conn
 }
 
+// CrictlFlags point crictl at this shimd alone: its own config file (never the
+// host's /etc/crictl.yaml, which `bash hack/run.sh` points at the system shimd) and
+// both endpoints.
+func (s *Shimd) CrictlFlags() []string {
+	return []string{"--config", filepath.Join(s.dir, "crictl.yaml"), "--runtime-endpoint", s.Endpoint(), "--image-endpoint", s.Endpoint()}
+}
+
 // Crictl runs the tools' crictl against this shimd (runtime and image
 // endpoints set, --timeout 60s) and returns its stdout. On failure err
 // includes stderr.
@@ -329,12 +336,7 @@ func (s *Shimd) Crictl(t testing.TB, args ...string) (string, error) {
 	Tools().Require(t, s.crictl)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	full := append([]string{
-		"--config", filepath.Join(s.dir, "crictl.yaml"),
-		"--runtime-endpoint", s.Endpoint(),
-		"--image-endpoint", s.Endpoint(),
-		"--timeout", "60s",
-	}, args...)
+	full := append(append(s.CrictlFlags(), "--timeout", "60s"), args...)
 	cmd := exec.CommandContext(ctx, s.crictl, full...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
