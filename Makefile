@@ -53,7 +53,12 @@ integration-1.6:
 # It includes BenchmarkPolling at POLL_PODS and POLL_WINDOW (below): about 15 minutes
 # of the run at the defaults.
 bench: tools
-	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 75m ./critest/bench/
+	$(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 90m ./critest/bench/
+
+# Bursts only (BenchmarkBurst): BENCH_BURST_PODS (sizes, default 100,200) pods at once.
+.PHONY: bench-burst
+bench-burst: tools
+	$(GO) test -tags integration -count=1 -run '^$$' -bench BenchmarkBurst -benchtime 1x -timeout 60m ./critest/bench/
 
 # Only the steady-state polling benchmark: a kubelet's list, stats and status calls on
 # N running pods for POLL_WINDOW, for each N in POLL_PODS, beside containerd's CRI.
@@ -67,7 +72,7 @@ bench-poll: tools
 # containerd's CRI plugin keeps its pause containers.
 .PHONY: bench-pauseless critest-pauseless e2e-kubelet-pauseless integration-pauseless
 bench-pauseless: tools
-	BENCH_PAUSE=when-needed $(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 75m ./critest/bench/
+	BENCH_PAUSE=when-needed $(GO) test -tags integration -count=1 -run '^$$' -bench . -benchtime 1x -timeout 90m ./critest/bench/
 
 critest-pauseless: tools
 	SHIMD_PAUSE=when-needed $(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/

@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -23,28 +24,41 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// BenchmarkBurst starts BENCH_BURST_PODS (default 30) one-container pods at once, as the
-// kubelet's pod workers do when a node gets many pods, waits until all run, then tears
-// them all down at once; BENCH_BURST_ROUNDS (default 3) rounds per runtime, shimd and
-// containerd's CRI alternating on the same containerd. Per pod: Run + Create + Start,
-// and Stop + Remove; per burst: the wall time until the last pod ran / was removed.
+// BenchmarkBurst starts, for each size in BENCH_BURST_PODS (default 100,200), that many
+// one-container pods at once, as the kubelet's pod workers do when a node gets many
+// pods, waits until all run, then tears them all down at once; BENCH_BURST_ROUNDS
+// (default 1) rounds per size and runtime, after one warm-up burst of the first size,
+// shimd and containerd's CRI alternating on the same containerd. Per pod: Run + Create
+// + Start, and Stop + Remove; per burst: the wall time until the last pod ran / was
+// removed.
 func BenchmarkBurst(b *testing.B) {
 	p := newPair(b)
-	n, burstRounds := envInt("BENCH_BURST_PODS", 30), envInt("BENCH_BURST_ROUNDS", 3)
+	sizes, err := parseCounts(cmp.Or(os.Getenv("BENCH_BURST_PODS"), "100,200"))
+	require.NoError(b, err, "BENCH_BURST_PODS")
+	burstRounds := envInt("BENCH_BURST_ROUNDS", 1)
 	for _, tg := range []*target{p.shimd, p.cd} {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
 		cancel()
 		require.NoError(b, err, tg.name)
 	}
-	for round := -1; round < burstRounds; round++ {
+	for i, n := range sizes {
 		for _, tg := range []*target{p.shimd, p.cd} {
-			ids := tg.burst(b, round, n)
-			tg.burstTeardown(b, round, ids)
+			tg.samples = map[string][]time.Duration{}
 		}
+		first := 0
+		if i == 0 {
+			first = -1 // a warm-up burst, not recorded
+		}
+		for round := first; round < burstRounds; round++ {
+			for _, tg := range []*target{p.shimd, p.cd} {
+				ids := tg.burst(b, round, n)
+				tg.burstTeardown(b, round, ids)
+			}
+		}
+		report(b, fmt.Sprintf("burst: %d one-container pods started at once, then removed at once; %d rounds per runtime, alternating", n, burstRounds),
+			[]string{"burst start (wall)", "pod start (per pod)", "burst teardown (wall)", "pod teardown (per pod)"}, p.shimd, p.cd)
 	}
-	report(b, fmt.Sprintf("burst: %d one-container pods started at once, then removed at once; %d rounds per runtime after 1 warm-up, alternating", n, burstRounds),
-		[]string{"burst start (wall)", "pod start (per pod)", "burst teardown (wall)", "pod teardown (per pod)"}, p.shimd, p.cd)
 }
 
 // burst starts n pods concurrently and returns their sandbox ids.
