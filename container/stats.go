@@ -25,8 +25,7 @@ func (s *Manager) StatsOf(podID string) []stats.Container {
 		k, seen := kernel[c.SandboxID]
 		if !seen {
 			if p, err := s.opts.Pods.Pod(c.SandboxID); err == nil {
-				h, err := s.opts.Handlers.Get(p.RuntimeHandler)
-				k = err == nil && h.KernelCgroups()
+				k = s.opts.Handlers.KernelCgroups(p.RuntimeHandler)
 			}
 			kernel[c.SandboxID] = k
 		}

@@ -51,6 +51,13 @@ func (h Handlers) Get(name string) (Handler, error) {
 	return rt, nil
 }
 
+// KernelCgroups tells whether the named handler's containers run in cgroups of the
+// host kernel (Handler.KernelCgroups); false for an unknown handler.
+func (h Handlers) KernelCgroups(name string) bool {
+	rt, err := h.Get(name)
+	return err == nil && rt.KernelCgroups()
+}
+
 // Snapshotters lists the handlers' snapshotters, each once, sorted.
 func (h Handlers) Snapshotters() []string {
 	var out []string

@@ -77,10 +77,3 @@ func (s *Collector) Forget(id string) {
 	s.usage.forget(id)
 	s.groups.forget(id)
 }
-
-// kernelCgroups tells whether the pods of a runtime handler have cgroups of the host
-// kernel (runc), which stats may read directly.
-func (s *Collector) kernelCgroups(handler string) bool {
-	h, err := s.opts.Handlers.Get(handler)
-	return err == nil && h.KernelCgroups()
-}

@@ -25,7 +25,7 @@ func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs
 	linux := &runtimeapi.LinuxPodSandboxStats{}
 	total := cgroupSample{at: now}
 	var groups []string
-	if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.kernelCgroups(sb.RuntimeHandler)); err == nil {
+	if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.opts.Handlers.KernelCgroups(sb.RuntimeHandler)); err == nil {
 		addSample(&total, smp)
 		groups = append(groups, smp.group)
 	}

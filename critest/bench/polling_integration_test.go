@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -370,10 +368,7 @@ func (s *costSide) profileShimd(b *testing.B, n int, window time.Duration) <-cha
 	}
 	go func() {
 		defer close(done)
-		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-		resp, err := hc.Get(fmt.Sprintf("http://shimd/debug/pprof/profile?seconds=%d", int(window.Seconds())))
+		resp, err := harness.UnixHTTPClient(sock, 0).Get(fmt.Sprintf("http://shimd/debug/pprof/profile?seconds=%d", int(window.Seconds())))
 		if err != nil {
 			b.Logf("profile shimd: %v", err)
 			return

@@ -52,12 +52,19 @@ func runningThenFull(t *testing.T, rs runtimeapi.RuntimeServiceClient, name, dir
 func onTmpfs(t *testing.T, env *harness.Env, dir, opts string) {
 	t.Helper()
 	env.Shimd.Stop()
+	tmpfsOver(t, dir, opts)
+	env.Shimd.Start(t)
+}
+
+// tmpfsOver mounts a tmpfs with opts over dir, with dir's contents copied onto it;
+// whoever uses dir must be stopped. A cleanup unmounts it.
+func tmpfsOver(t *testing.T, dir, opts string) {
+	t.Helper()
 	saved := t.TempDir()
 	require.NoError(t, exec.Command("cp", "-a", dir+"/.", saved).Run())
 	require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, opts))
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	require.NoError(t, exec.Command("cp", "-a", saved+"/.", dir).Run())
-	env.Shimd.Start(t)
 }
 
 // shimd's root dir on a small tmpfs that fills up: a new pod and a new container
@@ -173,11 +180,7 @@ func TestContainerdRootFull(t *testing.T) {
 	root := env.Containerd.Root()
 	env.Shimd.Stop()
 	env.Containerd.Stop()
-	saved := t.TempDir()
-	require.NoError(t, exec.Command("cp", "-a", root+"/.", saved).Run())
-	require.NoError(t, unix.Mount("tmpfs", root, "tmpfs", 0, "size=256m,mode=0700"))
-	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	require.NoError(t, exec.Command("cp", "-a", saved+"/.", root).Run())
+	tmpfsOver(t, root, "size=256m,mode=0700")
 	env.Containerd.Restart(t)
 	env.Shimd.Start(t)
 	rs := env.Shimd.Runtime(t)

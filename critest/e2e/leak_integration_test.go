@@ -266,15 +266,7 @@ type debugStats struct {
 	OpenFDs    int `json:"open_fds"`
 }
 
-func debugClient(sock string) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true, // no idle connection held in shimd between reads
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-	}}
-}
+func debugClient(sock string) *http.Client { return harness.UnixHTTPClient(sock, 10*time.Second) }
 
 func debugGet(c *http.Client, path string) ([]byte, error) {
 	resp, err := c.Get("http://shimd" + path)

@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,10 +24,7 @@ import (
 // scrape reads shimd's /metrics over its unix socket: "name{labels}" -> value.
 func scrape(t *testing.T, sock string) map[string]float64 {
 	t.Helper()
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
+	c := harness.UnixHTTPClient(sock, 10*time.Second)
 	resp, err := c.Get("http://shimd/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -6,8 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -165,9 +163,7 @@ func logHas(k *Kubelet, pod, container, want string) error {
 // metrics socket.
 func rpcCount(t *testing.T, sock, rpc string) float64 {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
+	c := harness.UnixHTTPClient(sock, 0)
 	resp, err := c.Get("http://shimd/metrics")
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
