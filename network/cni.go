@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -152,12 +151,12 @@ func (c *CNI) Setup(ctx context.Context, a Attachment) (res *Result, err error) 
 // Teardown detaches the pod (CNI DEL) with the config it was attached with, kept in
 // libcni's cache by ADD; without a cache entry, with the current config. It succeeds
 // for a pod never attached. An empty NetNSPath still releases the IPAM lease (CNI
-// allows DEL without a netns).
+// allows DEL without a netns), as does a path that is no longer a namespace.
 func (c *CNI) Teardown(ctx context.Context, a Attachment) (err error) {
-	if a.NetNSPath != "" {
-		if _, err := os.Stat(a.NetNSPath); err != nil {
-			a.NetNSPath = ""
-		}
+	if a.NetNSPath != "" && !IsNamespace(a.NetNSPath) {
+		// Gone, or unpinned by a stop a crash cut short: plugins refuse a path that
+		// is no namespace, and DEL without one still releases the IPAM lease.
+		a.NetNSPath = ""
 	}
 	rt := c.runtimeConf(a, "eth0")
 	list, cachedRT, err := c.cachedNetwork(rt)

@@ -206,6 +206,17 @@ func RemoveNetNS(path string) error {
 	return nil
 }
 
+// nsfsMagic is the f_type of a namespace file (NSFS_MAGIC).
+const nsfsMagic = 0x6e736673
+
+// IsNamespace tells whether path is a live namespace file: a pin still mounted, or a
+// /proc ns link. A pin whose bind mount is gone (a daemon killed between the unmount
+// and the remove of RemoveNetNS) is a plain file and is not.
+func IsNamespace(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == nsfsMagic
+}
+
 // InNetNS runs fn on an OS thread that has entered the network namespace at path.
 func InNetNS(path string, fn func() error) error {
 	ns, err := os.Open(path)

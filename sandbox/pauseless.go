@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/containerd/containerd/v2/client"
-	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/ctrd"
@@ -69,17 +68,13 @@ func (l layout) setPinPaths(sb *Sandbox) {
 	}
 }
 
-// nsfsMagic is the f_type of a namespace file (NSFS_MAGIC).
-const nsfsMagic = 0x6e736673
-
 // pinsAlive tells whether each of sb's pinned namespaces is still mounted.
 func pinsAlive(sb *Sandbox) bool {
 	for _, p := range []string{sb.NetNSPath, sb.IPCNSPath, sb.UTSNSPath} {
 		if p == "" {
 			continue
 		}
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err != nil || st.Type != nsfsMagic {
+		if !network.IsNamespace(p) {
 			return false
 		}
 	}

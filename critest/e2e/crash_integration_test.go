@@ -13,11 +13,13 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/critest/harness"
+	"github.com/shimd/shimd/network"
 )
 
 // pausingRunc is a runc wrapper that, once armed for a runc command (create, start,
@@ -148,6 +150,28 @@ func TestKill9DuringStopPodSandboxLeavesNothing(t *testing.T) {
 			env.CheckNoLeaks(t)
 		})
 	}
+}
+
+// kill -9 of shimd inside a StopPodSandbox, after it unmounted the pod's pinned
+// network namespace and before it removed the file (a window CI once hit): after the
+// restart the plain file left behind is no namespace, and Stop and Remove still
+// release the IP lease and leave nothing.
+func TestKill9BetweenNetNSUnmountAndRemoveLeavesNothing(t *testing.T) {
+	env, _ := crashEnv(t)
+	rs := env.Shimd.Runtime(t)
+	id := runPod(t, rs, pausePodConfig("unpinned"))
+	pin := filepath.Join(env.Shimd.NetnsDir(), id)
+	require.True(t, network.IsNamespace(pin), "a running pod's netns is pinned")
+
+	env.Shimd.Kill9()
+	require.NoError(t, unix.Unmount(pin, unix.MNT_DETACH))
+	require.False(t, network.IsNamespace(pin), "the file left by the cut-short stop")
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+	stopRemove(t, rs, id)
+	require.NoFileExists(t, pin)
+	env.CheckNoLeaks(t)
 }
 
 // kill -9 of shimd while the task of a stopped container is being deleted, and shimd
