@@ -71,7 +71,8 @@ func FuzzValidateContainerConfig(f *testing.F) {
 	runcRefuses.WorkingDir = "/" + strings.Repeat("w", 256)
 	runcRefuses.Linux.SecurityContext.MaskedPaths = []string{"/proc/kcore", "/proc/a\x00b"}
 	runcRefuses.Linux.SecurityContext.ReadonlyPaths = []string{"proc/sys", ""}
-	runcRefuses.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1, MemorySwapLimitInBytes: 1 << 20}
+	runcRefuses.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1, MemorySwapLimitInBytes: 1 << 20,
+		Unified: map[string]string{"cgroup.procs": "1", "memory/../x": "1", "memory.high": "1\n2"}}
 	for _, s := range []*runtimeapi.ContainerConfig{validContainer(), full, runcRefuses, {}} {
 		b, _ := proto.Marshal(s)
 		f.Add(b, false)
@@ -94,10 +95,16 @@ func FuzzValidateContainerConfig(f *testing.F) {
 
 // requireRuncCanStart: an accepted config has none of what runc refuses at start
 // without looking at the node or the image: a memory limit it cannot set, a swap limit
-// the kernel refuses, a masked or read-only path it cannot look up.
+// the kernel refuses, a masked or read-only path it cannot look up; nor a unified key
+// outside the container's cgroup or on a cgroup core file, nor a value with NUL.
 func requireRuncCanStart(t *testing.T, cfg *runtimeapi.ContainerConfig, unified bool) {
 	t.Helper()
 	r := cfg.GetLinux().GetResources()
+	for k, v := range r.GetUnified() {
+		if strings.ContainsAny(k, "/\x00 ") || strings.HasPrefix(k, "cgroup.") || strings.ContainsRune(v, 0) {
+			t.Fatalf("accepted unified %q: %q", k, v)
+		}
+	}
 	if m := r.GetMemoryLimitInBytes(); m > 0 && m < spec.MinMemoryLimit {
 		t.Fatalf("accepted a memory limit of %d bytes", m)
 	}

@@ -15,6 +15,7 @@ import (
 //	validate_sandbox.go    RunPodSandbox's config (names, paths, DNS, ports, sysctls)
 //	validate_container.go  CreateContainer's config (names, paths, mounts, masked paths, capabilities)
 //	validate_resources.go  cgroup resources, shared with UpdateContainerResources
+//	spec/unified.go        unified (cgroup v2) keys and values, shared with the spec builder
 //	validate_names.go      Kubernetes object name rules
 //	validate_sysctl.go     sysctl names and their kernel namespaces
 //

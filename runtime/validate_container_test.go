@@ -1,17 +1,26 @@
 package runtime
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/container"
+	"github.com/shimd/shimd/pod"
 )
 
-var testNode = container.NodeInfo{CPUs: "0-1", MemoryNodes: "0"}
+var (
+	testNode = container.NodeInfo{CPUs: "0-1", MemoryNodes: "0"}
+	v2Node   = container.NodeInfo{UnifiedCgroups: true, CPUs: "0-1", MemoryNodes: "0"}
+)
 
 func validContainer() *runtimeapi.ContainerConfig {
 	return &runtimeapi.ContainerConfig{
@@ -91,6 +100,20 @@ func TestValidateContainerConfig(t *testing.T) {
 			node: &container.NodeInfo{UnifiedCgroups: true, CPUs: "0", MemoryNodes: "0"}},
 		{name: "unified path", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"../memory.max": "1"}}),
 			node: &container.NodeInfo{UnifiedCgroups: true}, field: "config.linux.resources.unified"},
+		{name: "unified keys the kubelet sends", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{
+			"memory.high": "1073741824", "memory.oom.group": "1", "memory.swap.max": "0", "cpu.max": "max 100000",
+			"cpu.weight": "100", "hugetlb.2MB.max": "4194304", "io.max": "8:0 rbps=1048576\n8:16 wiops=120"}}),
+			node: &v2Node},
+		{name: "unified cgroup.procs", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"cgroup.procs": "1"}}),
+			node: &v2Node, field: `config.linux.resources.unified: key "cgroup.procs"`},
+		{name: "unified cgroup.subtree_control", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"cgroup.subtree_control": "+cpu"}}),
+			node: &v2Node, field: `config.linux.resources.unified: key "cgroup.subtree_control"`},
+		{name: "unified memory.current", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.current": "1"}}),
+			node: &v2Node, field: `config.linux.resources.unified: key "memory.current"`},
+		{name: "unified Memory.High", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"Memory.High": "1"}}),
+			node: &v2Node, field: `config.linux.resources.unified: key "Memory.High"`},
+		{name: "unified newline", mutate: res(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1\n2"}}),
+			node: &v2Node, field: `config.linux.resources.unified: value of "memory.high"`},
 		{name: "cpuset ok", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-1", CpusetMems: "0"})},
 		{name: "cpuset beyond node", mutate: res(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-7"}),
 			field: "config.linux.resources.cpuset_cpus"},
@@ -172,6 +195,7 @@ func TestValidateContainerConfig(t *testing.T) {
 				return
 			}
 			require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+			require.Equal(t, codes.InvalidArgument, status.Code(errgrpc.ToGRPC(err)), "%v", err)
 			require.ErrorContains(t, err, tt.field)
 		})
 	}
@@ -197,24 +221,129 @@ func TestCPUSet(t *testing.T) {
 }
 
 // UpdateContainerResources holds a memory limit to the same minimum (the swap rule
-// needs the stored limits: runtime/spec.UpdateResources).
+// needs the stored limits: runtime/spec.UpdateResources) and unified keys and values
+// to spec.CheckUnified.
 func TestValidateUpdateResources(t *testing.T) {
+	unified := func(k, v string) *runtimeapi.LinuxContainerResources {
+		return &runtimeapi.LinuxContainerResources{Unified: map[string]string{k: v}}
+	}
 	for _, tt := range []struct {
 		r     *runtimeapi.LinuxContainerResources
 		field string
 	}{
+		{unified("memory.high", "268435456"), ""},
+		{unified("cpu.max", "50000 100000"), ""},
+		{unified("hugetlb.1GB.rsvd.max", "0"), ""},
+		{unified("cgroup.freeze", "1"), `linux.unified: key "cgroup.freeze"`},
+		{unified("cgroup.kill", "1"), `linux.unified: key "cgroup.kill"`},
+		{unified("cpu.pressure", "some 1 2"), `linux.unified: key "cpu.pressure"`},
+		{unified("memory", "1"), `linux.unified: key "memory"`},
+		{unified("pids.max", "1\x00"), `linux.unified: value of "pids.max"`},
 		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1}, "linux.memory_limit_in_bytes"},
 		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 4 << 20}, "linux.memory_limit_in_bytes"},
 		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 256 << 20}, ""},
 		{&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1}, ""},
 		{&runtimeapi.LinuxContainerResources{MemorySwapLimitInBytes: 64 << 20}, ""},
 	} {
-		err := validateResources("linux", tt.r, testNode)
+		err := validateResources("linux", tt.r, v2Node)
 		if tt.field == "" {
 			require.NoError(t, err, "%v", tt.r)
 			continue
 		}
 		require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+		require.Equal(t, codes.InvalidArgument, status.Code(errgrpc.ToGRPC(err)), "%v", err)
 		require.ErrorContains(t, err, tt.field)
+	}
+}
+
+// fakeSandboxes counts the calls that would make or change something; Pod is where
+// container.Manager.Create starts.
+type fakeSandboxes struct{ calls []string }
+
+func (f *fakeSandboxes) Run(context.Context, *runtimeapi.PodSandboxConfig, string) (string, error) {
+	f.calls = append(f.calls, "Run")
+	return "p1", nil
+}
+
+func (f *fakeSandboxes) Stop(context.Context, string) error   { return nil }
+func (f *fakeSandboxes) Remove(context.Context, string) error { return nil }
+
+func (f *fakeSandboxes) UpdateResources(context.Context, string, *runtimeapi.LinuxContainerResources, *runtimeapi.LinuxContainerResources) error {
+	f.calls = append(f.calls, "UpdateResources")
+	return nil
+}
+
+func (f *fakeSandboxes) Pod(id string) (pod.Pod, error) {
+	f.calls = append(f.calls, "Pod")
+	return pod.Pod{}, fmt.Errorf("pod %s: %w", id, errdefs.ErrNotFound)
+}
+
+func (f *fakeSandboxes) Pods() []pod.Pod { return nil }
+
+// Every RPC a unified map enters by refuses a bad one with InvalidArgument, the code
+// the server's interceptor sends (errgrpc), before it asks for the pod or makes,
+// records or looks anything up (UpdateContainerResources would be NotFound).
+func TestUnifiedRefusedAtTheFacade(t *testing.T) {
+	ctx := context.Background()
+	rpcs := map[string]func(s *Service, u map[string]string) error{
+		"CreateContainer": func(s *Service, u map[string]string) error {
+			cfg := validContainer()
+			cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{Unified: u}
+			_, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "p1", Config: cfg})
+			return err
+		},
+		"UpdateContainerResources": func(s *Service, u map[string]string) error {
+			_, err := s.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{
+				ContainerId: "c1", Linux: &runtimeapi.LinuxContainerResources{Unified: u}})
+			return err
+		},
+		"RunPodSandbox": func(s *Service, u map[string]string) error {
+			cfg := validConfig()
+			cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{Resources: &runtimeapi.LinuxContainerResources{Unified: u}}
+			_, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+			return err
+		},
+		"UpdatePodSandboxResources": func(s *Service, u map[string]string) error {
+			_, err := s.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{
+				PodSandboxId: "p1", Overhead: &runtimeapi.LinuxContainerResources{Unified: u}})
+			return err
+		},
+	}
+	bad := map[string]map[string]string{
+		"cgroup.procs":           {"cgroup.procs": "1"},
+		"cgroup.subtree_control": {"cgroup.subtree_control": "+memory"},
+		"dot dot":                {"memory/../x": "1"},
+		"upper case":             {"Memory.High": "1"},
+		"no file":                {"memory": "1"},
+		"hidden":                 {".hidden": "1"},
+		"read-only":              {"memory.current": "1"},
+		"space":                  {"a b": "1"},
+		"newline":                {"memory.high": "1\n2"},
+		"nul":                    {"memory.high": "1\x00"},
+		"one bad among good":     {"memory.high": "1", "cpu.weight": "100", "cgroup.kill": "1"},
+	}
+	for rpc, call := range rpcs {
+		for name, u := range bad {
+			t.Run(rpc+"/"+name, func(t *testing.T) {
+				sb := &fakeSandboxes{}
+				s := New(Options{Sandboxes: sb, Node: v2Node, Containers: container.New(container.Options{Pods: sb, Node: v2Node})})
+				err := call(s, u)
+				require.Equal(t, codes.InvalidArgument, status.Code(errgrpc.ToGRPC(err)), "%v", err)
+				require.ErrorContains(t, err, ".unified: ")
+				require.Empty(t, sb.calls, "refused after it reached the managers")
+			})
+		}
+		// The same request with good keys gets past validation to the fakes.
+		t.Run(rpc+"/good", func(t *testing.T) {
+			sb := &fakeSandboxes{}
+			s := New(Options{Sandboxes: sb, Node: v2Node, Containers: container.New(container.Options{Pods: sb, Node: v2Node})})
+			err := call(s, map[string]string{"memory.high": "1073741824", "hugetlb.2MB.max": "0"})
+			if err != nil {
+				require.NotEqual(t, codes.InvalidArgument, status.Code(errgrpc.ToGRPC(err)), "%v", err)
+			}
+			if rpc != "UpdateContainerResources" { // its lookup is the manager's own store
+				require.NotEmpty(t, sb.calls)
+			}
+		})
 	}
 }

@@ -19,8 +19,11 @@ const (
 	maxCPUShares = 262144
 )
 
-// validateResourceValues checks what does not depend on the node: signs and ranges.
-// Zero means "not set" everywhere; -1 is "unlimited" for the quota and memory limits.
+// validateResourceValues checks what does not depend on the node: signs and ranges,
+// and the unified (cgroup v2) keys and values (spec.CheckUnified). Zero means "not
+// set" everywhere; -1 is "unlimited" for the quota and memory limits. RunPodSandbox
+// and UpdatePodSandboxResources use it for the pod-level resources, CreateContainer
+// and UpdateContainerResources through validateResources.
 func validateResourceValues(field string, r *runtimeapi.LinuxContainerResources) error {
 	if r == nil {
 		return nil
@@ -50,12 +53,7 @@ func validateResourceValues(field string, r *runtimeapi.LinuxContainerResources)
 			return invalid(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), "%s is not a page size", quote(ps))
 		}
 	}
-	for k, v := range r.GetUnified() {
-		if k == "" || strings.ContainsAny(k, "/\x00") || k == "." || k == ".." || strings.ContainsRune(v, 0) {
-			return invalid(field+".unified", "%s is not a cgroup file name", quote(k))
-		}
-	}
-	return nil
+	return spec.CheckUnified(field+".unified", r.GetUnified())
 }
 
 // validateResources checks a container's resources for this node, at create and at

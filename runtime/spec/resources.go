@@ -51,12 +51,7 @@ func validResources(r *runtimeapi.LinuxContainerResources) error {
 	case r.GetOomScoreAdj() < -1000 || r.GetOomScoreAdj() > 1000:
 		return invalid(resField+".oom_score_adj", "%d is outside [-1000, 1000]", r.GetOomScoreAdj())
 	}
-	for k := range r.GetUnified() {
-		if k == "" {
-			return invalid(resField+".unified", "empty key")
-		}
-	}
-	return nil
+	return CheckUnified(resField+".unified", r.GetUnified())
 }
 
 func linuxCPU(r *runtimeapi.LinuxContainerResources) *specs.LinuxCPU {

@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -54,6 +56,8 @@ func TestContainerResources(t *testing.T) {
 			}},
 		{name: "unified empty key", mutate: resources(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"": "1"}}),
 			wantErr: errdefs.ErrInvalidArgument},
+		{name: "unified cgroup core file", mutate: resources(&runtimeapi.LinuxContainerResources{Unified: map[string]string{"cgroup.procs": "1"}}),
+			wantErr: errdefs.ErrInvalidArgument},
 		{name: "oom_score_adj as asked", mutate: resources(&runtimeapi.LinuxContainerResources{OomScoreAdj: 1000}),
 			check: oom(1000)},
 		{name: "oom_score_adj 0 is set", mutate: resources(&runtimeapi.LinuxContainerResources{}), check: oom(0)},
@@ -82,5 +86,96 @@ func oom(want int) func(*testing.T, *specs.Spec) {
 	return func(t *testing.T, s *specs.Spec) {
 		require.NotNil(t, s.Process.OOMScoreAdj)
 		require.Equal(t, want, *s.Process.OOMScoreAdj)
+	}
+}
+
+// CheckUnified: the keys the kubelet and people send pass; a key that is not a cgroup
+// v2 file name, a cgroup core file, a file that only reports, and a value with NUL, a
+// carriage return, a newline outside a keyed file or over a page are InvalidArgument
+// naming the field and the key.
+func TestCheckUnified(t *testing.T) {
+	for _, tc := range []struct {
+		key, value string
+		ok         bool
+	}{
+		{"memory.high", "1073741824", true},
+		{"memory.high", "max", true},
+		{"memory.low", "0", true},
+		{"memory.min", "1048576", true},
+		{"memory.max", "1073741824", true}, // also a typed field: passed as is
+		{"memory.oom.group", "1", true},
+		{"memory.swap.max", "0", true},
+		{"memory.zswap.max", "0", true},
+		{"cpu.max", "max 100000", true},
+		{"cpu.weight", "100", true},
+		{"cpu.idle", "1", true},
+		{"cpu.uclamp.min", "10.50", true},
+		{"cpuset.cpus", "0-3,8", true},
+		{"cpuset.cpus.partition", "member", true},
+		{"pids.max", "max", true},
+		{"hugetlb.2MB.max", "4194304", true},
+		{"hugetlb.1GB.rsvd.max", "1073741824", true},
+		{"hugetlb.64KB.max", "65536", true},
+		{"io.max", "8:0 rbps=2097152 wiops=120", true},
+		{"io.max", "259:0 rbps=2097152 wiops=120\n253:0 rbps=2097152 wiops=120", true}, // the runtime spec's example
+		{"io.weight", "default 100\n8:16 200\n", true},
+		{"memory.high", strings.Repeat("1", 4096), true},
+
+		{"", "1", false},
+		{"memory", "1", false},
+		{".hidden", "1", false},
+		{"memory.", "1", false},
+		{"memory..high", "1", false},
+		{"memory/../x", "1", false},
+		{"../memory.max", "1", false},
+		{"Memory.High", "1", false},
+		{"memory.High", "1", false},
+		{"1memory.high", "1", false},
+		{"a b", "1", false},
+		{"memory.high ", "1", false},
+		{"memory.high\x00", "1", false},
+		{"hugetlb.2XB.max", "1", false},
+		{"hugetlb.MB.max", "1", false},
+		{"memory.2MB.max", "1", false},
+		{strings.Repeat("m", 200) + "." + strings.Repeat("x", 60), "1", false},
+		{"cgroup.procs", "1", false},
+		{"cgroup.threads", "1", false},
+		{"cgroup.subtree_control", "+memory", false},
+		{"cgroup.type", "threaded", false},
+		{"cgroup.max.depth", "1", false},
+		{"cgroup.max.descendants", "1", false},
+		{"cgroup.freeze", "1", false},
+		{"cgroup.kill", "1", false},
+		{"cgroup.pressure", "0", false},
+		{"cgroup.controllers", "", false},
+		{"memory.current", "1", false},
+		{"memory.peak", "1", false},
+		{"memory.stat", "1", false},
+		{"memory.events", "1", false},
+		{"memory.events.local", "1", false},
+		{"memory.pressure", "some 150000 1000000", false},
+		{"cpu.stat", "1", false},
+		{"cpu.stat.local", "1", false},
+		{"io.pressure", "1", false},
+		{"pids.current", "1", false},
+		{"cpuset.cpus.effective", "0", false},
+		{"hugetlb.2MB.rsvd.current", "1", false},
+		{"hugetlb.2MB.numa_stat", "1", false},
+
+		{"memory.high", "1\n2", false},
+		{"memory.max", "max\n", false},
+		{"memory.high", "1\x00", false},
+		{"memory.high", "1\r", false},
+		{"io.max", "8:0 rbps=1\r\n", false},
+		{"memory.high", strings.Repeat("1", 4097), false},
+	} {
+		err := CheckUnified("linux.unified", map[string]string{"cpu.weight": "100", tc.key: tc.value})
+		if tc.ok {
+			require.NoError(t, err, "%q: %q", tc.key, tc.value)
+			continue
+		}
+		require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "%q: %q", tc.key, tc.value)
+		require.ErrorContains(t, err, "linux.unified: ")
+		require.ErrorContains(t, err, fmt.Sprintf("%.64q", tc.key))
 	}
 }
