@@ -24,6 +24,7 @@ check: tools
 	$(GO) test -count=1 ./...
 	$(GO) test -tags integration -count=1 -p 1 -timeout 40m ./...
 	$(MAKE) integration-1.6
+	$(MAKE) e2e-cgroupv2-smoke
 
 # Unit tests: pure logic, no root, no containerd.
 test:
@@ -48,6 +49,34 @@ integration: tools
 # The same against Debian's containerd 1.6 and runc 1.1.
 integration-1.6:
 	SHIMD_CONTAINERD=1.6 $(GO) test -tags integration -count=1 -timeout 20m -run '$(SMOKE_1_6)' ./critest/e2e/
+
+# The cgroup v2 node users run (critest/vm, docs/testing.md "The cgroup v2 guest"): a
+# Debian 12 guest under QEMU (software emulation) with systemd as PID 1, pure cgroup v2,
+# shimd installed by `make install` with the systemd cgroup driver. vm-cgroupv2 builds
+# (cached) and boots it in the background; vm-shell and vm-stop drive it.
+VM_DIR    ?= /var/tmp/shimd-vm
+VM_DRIVER ?= systemd
+VMCTL     := $(GO) run ./critest/vm/cmd/vmctl -dir $(VM_DIR)
+.PHONY: vm-cgroupv2 vm-shell vm-stop e2e-cgroupv2 e2e-cgroupv2-smoke
+vm-cgroupv2:
+	$(VMCTL) -cgroup-driver $(VM_DRIVER) up
+	$(VMCTL) run 'echo "guest: /sys/fs/cgroup is $$(stat -fc %T /sys/fs/cgroup), PID 1 is $$(cat /proc/1/comm)"; crictl version'
+vm-shell:
+	$(VMCTL) shell
+vm-stop:
+	$(VMCTL) stop
+
+# shimd's tests inside that guest (critest/cgroupv2), each pass with its own boot: the
+# systemd cgroup driver with critest in the guest too, then cgroupfs. The smoke run in
+# make check: the systemd pass without critest or the pod-level-resources and update
+# tests.
+E2E_CGROUPV2_TIMEOUT ?= 150m
+SMOKE_CGROUPV2 := TestLimitsAsCgroupV2Files|TestOOMKillsTheWholeGroup|TestStatsOnCgroupV2|TestKubeletStaticPod
+e2e-cgroupv2: tools
+	SHIMD_VM=1 SHIMD_VM_CRITEST=1 SHIMD_VM_CGROUP_DRIVER=systemd $(GO) test -tags integration -count=1 -timeout $(E2E_CGROUPV2_TIMEOUT) -v ./critest/cgroupv2/
+	SHIMD_VM=1 SHIMD_VM_CGROUP_DRIVER=cgroupfs $(GO) test -tags integration -count=1 -timeout $(E2E_CGROUPV2_TIMEOUT) -v ./critest/cgroupv2/
+e2e-cgroupv2-smoke: tools
+	SHIMD_VM=1 SHIMD_VM_CGROUP_DRIVER=systemd $(GO) test -tags integration -count=1 -timeout 30m -v -run '$(SMOKE_CGROUPV2)' ./critest/cgroupv2/
 
 # Pod lifecycle through shimd and through containerd's own CRI plugin, same machine.
 # It includes BenchmarkPolling at POLL_PODS and POLL_WINDOW (below): about 15 minutes

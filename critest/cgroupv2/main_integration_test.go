@@ -1,0 +1,151 @@
+//go:build integration
+
+// Package cgroupv2 runs shimd where users run it: a guest with systemd as PID 1 on a
+// pure cgroup v2 hierarchy (critest/vm), shimd installed by `make install` with its
+// systemd unit and the systemd cgroup driver, containerd 2.4.2 and runc 1.5.2. The
+// tests drive crictl in the guest through the VM's agent and read the cgroup files
+// the kernel sees. They run only with SHIMD_VM=1 (make e2e-cgroupv2 and its smoke
+// subset in make check): a boot under QEMU's emulation takes a minute or more.
+package cgroupv2
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shimd/shimd/critest/vm"
+)
+
+// guest is the VM every test of this binary shares; share is its /mnt/host.
+var (
+	guest    *vm.VM
+	share    string
+	skipWhy  string
+	vmDriver = "systemd"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	switch {
+	case os.Getenv("SHIMD_VM") != "1":
+		skipWhy = "SHIMD_VM=1 boots the cgroup v2 guest (make e2e-cgroupv2)"
+		return m.Run()
+	case os.Geteuid() != 0:
+		skipWhy = "needs root"
+		return m.Run()
+	}
+	if d := os.Getenv("SHIMD_VM_CGROUP_DRIVER"); d != "" {
+		vmDriver = d
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "shimd-vm-test-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	guest, err = vm.Up(ctx, vm.UpConfig{Dir: dir, CgroupDriver: vmDriver, Log: os.Stdout})
+	if err != nil {
+		fmt.Println("vm:", err)
+		return 1
+	}
+	share = filepath.Join(dir, "share")
+	// The tests' image, from the offline image set the guest serves itself.
+	out, err := guest.Output(ctx, "crictl pull docker.io/library/busybox:latest")
+	if err != nil {
+		fmt.Println("vm:", err)
+		guest.Kill()
+		return 1
+	}
+	out, err = guest.Output(ctx, `echo "guest: /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgroup), PID 1 is $(cat /proc/1/comm), kernel $(uname -r), $(nproc) CPUs"`)
+	fmt.Print(out)
+	if err != nil {
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		// Every test removed what it made: nothing of shimd's may be left in the guest.
+		out, err := guest.Output(ctx, leftovers)
+		fmt.Printf("guest: leftovers after the tests: %s", or(out, "none\n"))
+		if err != nil || out != "" {
+			code = 1
+		}
+	}
+	if code != 0 {
+		// What shimd and containerd said, for the failure's reader.
+		logs, _ := guest.Output(ctx, "journalctl -u shimd -u containerd --no-pager -o short-precise | tail -n 150")
+		fmt.Printf("--- journal of shimd and containerd in the guest (last 150 lines):\n%s", logs)
+	}
+	if err := guest.Stop(2 * time.Minute); err != nil {
+		fmt.Println("vm:", err)
+		code = 1
+	}
+	if code == 0 {
+		_ = os.RemoveAll(dir)
+	} else {
+		fmt.Printf("vm: kept %s (console.log, qemu.log)\n", dir)
+	}
+	return code
+}
+
+func requireGuest(t *testing.T) {
+	t.Helper()
+	if guest == nil {
+		t.Skip(skipWhy)
+	}
+}
+
+// sh runs a bash script in the guest and returns its output; a non-zero exit
+// fails the test.
+func sh(t *testing.T, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := guest.Output(ctx, script)
+	require.NoError(t, err)
+	return strings.TrimSpace(out)
+}
+
+// shCode runs a script and returns its exit status and output.
+func shCode(t *testing.T, script string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var b strings.Builder
+	code, err := guest.Run(ctx, script, &b)
+	require.NoError(t, err)
+	return code, strings.TrimSpace(b.String())
+}
+
+// file writes content into the share and returns the guest's path of it.
+func file(t *testing.T, name, content string) string {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(share, name), []byte(content), 0o644))
+	return "/mnt/host/" + name
+}
+
+// leftovers lists what shimd or containerd still hold in the guest: pods,
+// containers, pinned namespaces, shims, pod and container cgroups, overlay mounts.
+const leftovers = `crictl pods -q | sed 's/^/pod /'
+crictl ps -aq | sed 's/^/container /'
+ls /run/shimd/netns 2>/dev/null | sed 's/^/netns /'
+pgrep -a containerd-shim | sed 's/^/shim /'
+find /sys/fs/cgroup -name 'shimd-*' -o -name 'kubepods-*pod*' -o -path '*/kubepods/*/pod*' | sed 's/^/cgroup /'
+grep ' overlay ' /proc/mounts | grep -v ' / ' | sed 's/^/mount /'
+true`
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
