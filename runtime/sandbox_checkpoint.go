@@ -55,6 +55,9 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	if err := validateSandboxConfig(req.GetConfig()); err != nil {
 		return nil, err
 	}
+	if err := validateCgroupParent(req.GetConfig().GetLinux().GetCgroupParent(), s.opts.CgroupDriver); err != nil {
+		return nil, err
+	}
 	if err := noOptions(req.GetOptions()); err != nil {
 		return nil, err
 	}

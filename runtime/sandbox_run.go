@@ -12,6 +12,9 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err := validateSandboxConfig(req.GetConfig()); err != nil {
 		return nil, err
 	}
+	if err := validateCgroupParent(req.GetConfig().GetLinux().GetCgroupParent(), s.opts.CgroupDriver); err != nil {
+		return nil, err
+	}
 	id, err := s.opts.Sandboxes.Run(ctx, req.GetConfig(), req.GetRuntimeHandler())
 	if err != nil {
 		return nil, err

@@ -49,6 +49,26 @@ func validateSandboxConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	return validateLinuxSandbox(cfg.GetLinux())
 }
 
+// validateCgroupParent holds a pod's cgroup parent to the form of shimd's cgroup
+// driver, as the kubelet spells it for that driver: a systemd slice name
+// ("kubepods-burstable-pod<uid>.slice") under systemd, a path that names no slice
+// under cgroupfs. Else runc would get a cgroupfs directory inside systemd's tree, or
+// a systemd cgroupsPath it fails on at start; the kubelet's cgroupDriver must match
+// the one RuntimeConfig reports. As CRI-O's cgroup managers refuse them.
+func validateCgroupParent(parent, driver string) error {
+	if parent == "" {
+		return nil
+	}
+	slice := strings.HasSuffix(filepath.Base(parent), ".slice")
+	switch {
+	case driver == "systemd" && !slice:
+		return invalid("config.linux.cgroup_parent", "%s is no systemd slice, and shimd's cgroup_driver is systemd: the kubelet's cgroupDriver must be systemd too", quote(parent))
+	case driver != "systemd" && slice:
+		return invalid("config.linux.cgroup_parent", "%s is a systemd slice, and shimd's cgroup_driver is cgroupfs: the kubelet's cgroupDriver must be cgroupfs too", quote(parent))
+	}
+	return nil
+}
+
 func validateLinuxSandbox(linux *runtimeapi.LinuxPodSandboxConfig) error {
 	if p := linux.GetCgroupParent(); strings.Contains(p, "..") || strings.ContainsRune(p, 0) {
 		return invalid("config.linux.cgroup_parent", "%s must not contain '..' or NUL", quote(p))

@@ -1,14 +1,19 @@
 package runtime
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/container"
 	"github.com/shimd/shimd/pod"
 )
 
@@ -203,6 +208,40 @@ func TestValidateSysctls(t *testing.T) {
 			}
 			require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
 			require.ErrorContains(t, err, "config.linux.sysctls["+quote(tt.key)+"]")
+		})
+	}
+}
+
+// A pod's cgroup parent must be of the form of shimd's cgroup driver, checked at
+// RunPodSandbox before the sandbox manager is asked for anything.
+func TestCgroupParentFollowsTheDriver(t *testing.T) {
+	for _, tc := range []struct {
+		driver, parent string
+		ok             bool
+	}{
+		{"systemd", "kubepods-burstable-podu_1.slice", true},
+		{"systemd", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu.slice", true},
+		{"systemd", "", true},
+		{"systemd", "/kubepods/burstable/podu-1", false},
+		{"systemd", "kubepods-burstable-podu_1.scope", false},
+		{"cgroupfs", "/kubepods/burstable/podu-1", true},
+		{"cgroupfs", "", true},
+		{"cgroupfs", "kubepods-burstable-podu_1.slice", false},
+		{"", "/kubepods.slice/kubepods-podu.slice", false}, // the default driver is cgroupfs
+	} {
+		t.Run(tc.driver+" "+tc.parent, func(t *testing.T) {
+			sb := &fakeSandboxes{}
+			s := New(Options{Sandboxes: sb, CgroupDriver: tc.driver, Node: v2Node, Containers: container.New(container.Options{Pods: sb, Node: v2Node})})
+			cfg := validConfig()
+			cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{CgroupParent: tc.parent}
+			_, err := s.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: cfg})
+			if tc.ok {
+				require.NotEmpty(t, sb.calls, "reached the sandbox manager (%v)", err)
+				return
+			}
+			require.Equal(t, codes.InvalidArgument, status.Code(errgrpc.ToGRPC(err)), "%v", err)
+			require.ErrorContains(t, err, "config.linux.cgroup_parent: ")
+			require.Empty(t, sb.calls, "refused after it reached the sandbox manager")
 		})
 	}
 }
