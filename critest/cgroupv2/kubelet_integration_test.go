@@ -19,7 +19,7 @@ const kubeletBinary = "/mnt/tools/bin/k8s-v1.37.2/kubelet"
 // startKubelet runs a standalone kubelet v1.37.2 in the guest as a transient
 // systemd unit, with its default failCgroupV1 and the guest's cgroup driver, on
 // shimd; it is stopped (its static pods first) at the end of the test.
-func startKubelet(t *testing.T) {
+func startKubelet(t *testing.T, extraArgs ...string) {
 	cfg := map[string]any{
 		"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
 		"cgroupDriver": vmDriver, "staticPodPath": "/etc/kubernetes/manifests",
@@ -38,7 +38,8 @@ func startKubelet(t *testing.T) {
 	require.NoError(t, err)
 	conf := file(t, "kubelet.json", string(b))
 	sh(t, "mkdir -p /etc/kubernetes/manifests && systemd-run --unit=kubelet --property=Delegate=yes "+kubeletBinary+
-		" --config "+conf+" --hostname-override shimd-vm --container-runtime-endpoint unix:///run/shimd/shimd.sock --v 2 >/dev/null")
+		" --config "+conf+" --hostname-override shimd-vm --container-runtime-endpoint unix:///run/shimd/shimd.sock --v 2 "+
+		strings.Join(extraArgs, " ")+" >/dev/null")
 	t.Cleanup(func() {
 		sh(t, "rm -f /etc/kubernetes/manifests/*")
 		waitFor(t, 3*time.Minute, "the static pods removed", func() bool {
@@ -46,7 +47,7 @@ func startKubelet(t *testing.T) {
 		})
 		// The pods' cgroups are the kubelet's to remove (its housekeeping).
 		waitFor(t, 3*time.Minute, "the pod cgroups removed", func() bool {
-			return sh(t, `find /sys/fs/cgroup -name 'kubepods-*pod*' -o -path '*/kubepods/*/pod*' | wc -l`) == "0"
+			return sh(t, `find /sys/fs/cgroup -type d \( -name 'kubepods-*pod*' -o -path '*/kubepods/*/pod*' \) | wc -l`) == "0"
 		})
 		sh(t, "systemctl stop kubelet; systemctl reset-failed kubelet 2>/dev/null || true")
 	})

@@ -36,7 +36,14 @@ func newPod(t *testing.T, name string) *pod {
 		"log_directory":"/var/log/pods/%s","linux":{"cgroup_parent":%q}}`, name, uid, uid, parent))
 	p := &pod{t: t, config: cfg}
 	p.id = sh(t, "crictl runp "+cfg)
-	t.Cleanup(func() { sh(t, "crictl stopp "+p.id+" >/dev/null && crictl rmp "+p.id+" >/dev/null") })
+	t.Cleanup(func() {
+		sh(t, "crictl stopp "+p.id+" >/dev/null && crictl rmp "+p.id+" >/dev/null")
+		if vmDriver == "cgroupfs" {
+			// The pod's cgroup is the kubelet's to remove (runc made it as the parent
+			// of the pause's); systemd removes an empty slice by itself.
+			sh(t, "rmdir /sys/fs/cgroup"+parent)
+		}
+	})
 	return p
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shimd/shimd/critest/harness"
 	"github.com/shimd/shimd/critest/vm"
 )
 
@@ -28,7 +29,12 @@ var (
 	share    string
 	skipWhy  string
 	vmDriver = "systemd"
+	apiPort  int
 )
+
+// apiAddr is where the guest finds the host's API server (vm.Forward); the guest's
+// /etc/hosts names it "kubernetes", a name in the API server's certificate.
+const apiAddr = "198.18.254.100:6443"
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -53,7 +59,14 @@ func runMain(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	guest, err = vm.Up(ctx, vm.UpConfig{Dir: dir, CgroupDriver: vmDriver, Log: os.Stdout})
+	// The guest reaches one host port: the API server TestKubeletInPlaceResize
+	// starts there.
+	if apiPort, err = harness.FreeTCPPort(); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	guest, err = vm.Up(ctx, vm.UpConfig{Dir: dir, CgroupDriver: vmDriver, Log: os.Stdout,
+		Forwards: []vm.Forward{{Addr: apiAddr, HostPort: apiPort}}})
 	if err != nil {
 		fmt.Println("vm:", err)
 		return 1
@@ -139,7 +152,7 @@ const leftovers = `crictl pods -q | sed 's/^/pod /'
 crictl ps -aq | sed 's/^/container /'
 ls /run/shimd/netns 2>/dev/null | sed 's/^/netns /'
 pgrep -a containerd-shim | sed 's/^/shim /'
-find /sys/fs/cgroup -name 'shimd-*' -o -name 'kubepods-*pod*' -o -path '*/kubepods/*/pod*' | sed 's/^/cgroup /'
+find /sys/fs/cgroup -type d \( -name 'shimd-*.scope' -o -name 'kubepods-*pod*' -o -path '*/kubepods/*/pod*' -o -path '*/shimd/*' \) | sed 's/^/cgroup /'
 grep ' overlay ' /proc/mounts | grep -v ' / ' | sed 's/^/mount /'
 true`
 

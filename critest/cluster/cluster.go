@@ -7,6 +7,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +47,11 @@ type Options struct {
 	// NodeIP is the node's address: not loopback (the kubelet refuses it), e.g. the
 	// test network's gateway on the host. Required.
 	NodeIP string
+	// APIPort is the API server's port on 127.0.0.1; 0: a free one.
+	APIPort int
+	// ExternalKubelet: no kubelet is started; the caller runs one elsewhere (a
+	// virtual machine) with KubeletKubeconfig and waits with WaitNodeReady.
+	ExternalKubelet bool
 }
 
 // Cluster is etcd, an API server, a controller manager, a scheduler and a kubelet on
@@ -83,7 +91,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	c.pki = p
 	port := func() int { return kubelet.FreePort(t) }
-	apiPort := port()
+	apiPort := opts.APIPort
+	if apiPort == 0 {
+		apiPort = port()
+	}
 	c.Server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	must := func(err error) {
 		if err != nil {
@@ -157,16 +168,28 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}, filepath.Join(c.Dir, "kube-scheduler.log"), time.Minute,
 		func() error { return httpOK(insecure, "https://127.0.0.1:"+strconv.Itoa(schedPort)+"/healthz") })
 
-	c.Kubelet = kubelet.Start(t, kubelet.Options{
-		Dir:             harness.NewBaseDir(t),
-		RuntimeEndpoint: opts.RuntimeEndpoint,
-		NodeName:        opts.NodeName,
-		Kubeconfig:      filepath.Join(c.Dir, "kubelet.kubeconfig"),
-		Config:          opts.KubeletConfig,
-		NodeIP:          opts.NodeIP,
+	if !opts.ExternalKubelet {
+		c.Kubelet = kubelet.Start(t, kubelet.Options{
+			Dir:             harness.NewBaseDir(t),
+			RuntimeEndpoint: opts.RuntimeEndpoint,
+			NodeName:        opts.NodeName,
+			Kubeconfig:      filepath.Join(c.Dir, "kubelet.kubeconfig"),
+			Config:          opts.KubeletConfig,
+			NodeIP:          opts.NodeIP,
+		})
+		c.WaitNodeReady(t, 3*time.Minute)
+	}
+	c.WaitFor(t, 2*time.Minute, "the default service account", func() error {
+		_, err := c.Kubectl(t, "get", "serviceaccount", "default", "-n", "default")
+		return err
 	})
+	return c
+}
 
-	c.WaitFor(t, 3*time.Minute, "node "+c.NodeName+" Ready", func() error {
+// WaitNodeReady waits until the node reports Ready.
+func (c *Cluster) WaitNodeReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	c.WaitFor(t, timeout, "node "+c.NodeName+" Ready", func() error {
 		out, err := c.Kubectl(t, "get", "node", c.NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		if err != nil {
 			return err
@@ -176,11 +199,28 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 		return nil
 	})
-	c.WaitFor(t, 2*time.Minute, "the default service account", func() error {
-		_, err := c.Kubectl(t, "get", "serviceaccount", "default", "-n", "default")
-		return err
-	})
-	return c
+}
+
+// KubeletKubeconfig is the node's kubeconfig with its certificates inline, for a
+// kubelet that reaches the API server at server (https://HOST:PORT, HOST one of
+// the serving certificate's names: 127.0.0.1, localhost, kubernetes, ...).
+func (c *Cluster) KubeletKubeconfig(server string) ([]byte, error) {
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(c.pki.path(name))
+		return base64.StdEncoding.EncodeToString(b), err
+	}
+	ca, err1 := read("ca.crt")
+	crt, err2 := read("kubelet.crt")
+	key, err3 := read("kubelet.key")
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, err
+	}
+	return json.MarshalIndent(map[string]any{
+		"apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+		"clusters": []any{map[string]any{"name": "e2e", "cluster": map[string]any{"server": server, "certificate-authority-data": ca}}},
+		"users":    []any{map[string]any{"name": "kubelet", "user": map[string]any{"client-certificate-data": crt, "client-key-data": key}}},
+		"contexts": []any{map[string]any{"name": "e2e", "context": map[string]any{"cluster": "e2e", "user": "kubelet"}}},
+	}, "", "  ")
 }
 
 // adminClient is an HTTP client with the admin certificate that trusts the cluster CA.

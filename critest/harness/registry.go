@@ -138,7 +138,7 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 }
 
 func (r *Registry) start(dir, htpasswd string, readOnly bool) error {
-	port, err := freeTCPPort()
+	port, err := FreeTCPPort()
 	if err != nil {
 		return err
 	}
@@ -360,7 +360,8 @@ func copyRegular(src, dst string, perm os.FileMode) error {
 	return out.Close()
 }
 
-func freeTCPPort() (int, error) {
+// FreeTCPPort is a port on 127.0.0.1 that nothing listened on a moment ago.
+func FreeTCPPort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

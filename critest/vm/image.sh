@@ -9,23 +9,26 @@
 # Usage: image.sh [CACHE_DIR]   (default /var/cache/shimd/tools/vm)
 # Prints the image directory (disk.raw, vmlinuz, initrd.img) on its last line. The
 # directory is named by this script's hash: a changed script builds a new image.
-# Needs root; installs qemu-system-x86, debootstrap and e2fsprogs when missing.
+# Needs root; installs qemu-system-x86, debootstrap, e2fsprogs and busybox when
+# missing.
 set -euo pipefail
 
 cache=${1:-/var/cache/shimd/tools/vm}
 key=$(sha256sum "$0" | cut -c1-12)
 dest=$cache/bookworm-$key
-if [ -f "$dest/done" ]; then
-	echo "$dest"
-	exit 0
-fi
-
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+# QEMU's guestfwd runs "busybox nc" for each connection the guest makes (vm.Forward).
+command -v busybox >/dev/null || need+=(busybox)
 if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+fi
+
+if [ -f "$dest/done" ]; then
+	echo "$dest"
+	exit 0
 fi
 
 # The archive this machine's apt uses.
@@ -103,4 +106,6 @@ cp "$root"/boot/initrd.img-* "$dest/initrd.img"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 mkfs.ext4 -q -L shimd-vm -d "$root" "$dest/disk.raw" 12G
 touch "$dest/done"
+# Images of earlier versions of this script.
+find "$cache" -maxdepth 1 -name 'bookworm-*' ! -name "bookworm-$key" -exec rm -rf {} +
 echo "$dest"

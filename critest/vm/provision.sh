@@ -3,7 +3,7 @@
 # /mnt/host/install (shimd, its systemd unit, its default config), gives
 # containerd 2.4.2 (from the host's tool cache, /mnt/tools) a unit and shimd's
 # containerd config, serves the offline image set (/mnt/registry) on
-# 127.0.0.1:5000 for every mirrored registry, writes a CNI bridge on 198.19.0.0/16,
+# 127.0.0.1:5000 for every mirrored registry, writes a CNI bridge on 198.19.0.0/17,
 # and starts containerd and shimd with systemd.
 #
 # Usage: provision.sh systemd|cgroupfs    (the cgroup driver shimd uses)
@@ -11,6 +11,12 @@ set -euo pipefail
 driver=${1:-systemd}
 tools=/mnt/tools/bin
 echo "provision: cgroup fs $(stat -fc %T /sys/fs/cgroup), PID 1 $(cat /proc/1/comm), kernel $(uname -r), driver $driver"
+
+# QEMU's user network when the host forwards ports to the guest (vm.Forward).
+if [ -e /sys/class/net/eth0 ]; then
+	ip link set eth0 up
+	ip addr add 198.18.254.15/24 dev eth0
+fi
 
 cp -a /mnt/host/install/. /
 ln -sf "$tools/crictl" /usr/local/bin/crictl
@@ -75,7 +81,7 @@ mkdir -p /etc/cni/net.d
 cat >/etc/cni/net.d/10-shimd.conflist <<'EOF'
 {"cniVersion": "1.0.0", "name": "shimd-vm", "plugins": [
   {"type": "bridge", "bridge": "shimd-vm0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "198.19.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "198.19.0.0/17"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}},
   {"type": "loopback"}
 ]}

@@ -28,6 +28,8 @@ type UpConfig struct {
 	Log io.Writer
 	// MemoryMiB and CPUs as in Config.
 	MemoryMiB, CPUs int
+	// Forwards as in Config; provision.sh sets eth0 up at GuestIP.
+	Forwards []Forward
 }
 
 // Up builds what the guest needs on the host (the image unless cached, the
@@ -59,7 +61,7 @@ func Up(ctx context.Context, cfg UpConfig) (*VM, error) {
 	}
 	t1 := time.Now()
 	v, err := Start(ctx, Config{
-		Image: image, Dir: cfg.Dir, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs,
+		Image: image, Dir: cfg.Dir, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Forwards: cfg.Forwards,
 		Shares: []Share{
 			{Tag: "host", Path: share},
 			{Tag: "tools", Path: DefaultToolsDir, ReadOnly: true},

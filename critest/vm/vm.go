@@ -51,7 +51,25 @@ type Config struct {
 	Cmdline string
 	// BootTimeout bounds the wait for the agent; default 5 minutes.
 	BootTimeout time.Duration
+	// Forwards give the guest a network interface (eth0, GuestIP on GuestNet) that
+	// reaches nothing but these host ports (QEMU user networking, restrict=on).
+	// Without them the guest has no network device.
+	Forwards []Forward
 }
+
+// Forward makes TCP connections of the guest to Addr (an address on GuestNet,
+// "198.18.254.100:6443") reach the host's 127.0.0.1:HostPort.
+type Forward struct {
+	Addr     string
+	HostPort int
+}
+
+// The guest's side of Forwards: its address on QEMU's user network. Pods in the
+// guest use 198.19.0.0/17; this net is the guest's own.
+const (
+	GuestNet = "198.18.254.0/24"
+	GuestIP  = "198.18.254.15"
+)
 
 // VM is a started guest.
 type VM struct {
@@ -126,7 +144,7 @@ func qemuArgs(cfg Config) []string {
 	args := []string{
 		"-accel", "tcg,thread=multi", "-cpu", "max",
 		"-m", strconv.Itoa(cfg.MemoryMiB), "-smp", strconv.Itoa(cfg.CPUs),
-		"-display", "none", "-no-reboot", "-nic", "none",
+		"-display", "none", "-no-reboot",
 		"-kernel", img("vmlinuz"), "-initrd", img("initrd.img"),
 		"-append", strings.TrimSpace("root=/dev/vda rw console=ttyS0 panic=-1 net.ifnames=0 " + cfg.Cmdline),
 		"-drive", "file=" + img("disk.raw") + ",format=raw,if=virtio,snapshot=on,cache=unsafe",
@@ -136,6 +154,17 @@ func qemuArgs(cfg Config) []string {
 		"-chardev", "socket,id=con,path=" + filepath.Join(cfg.Dir, consoleSocket) + ",server=on,wait=off,logfile=" + filepath.Join(cfg.Dir, ConsoleLog),
 		"-serial", "chardev:con",
 		"-device", "virtio-rng-pci",
+	}
+	if len(cfg.Forwards) == 0 {
+		args = append(args, "-nic", "none")
+	} else {
+		// restrict=on: the guest reaches neither the host nor anything beyond it,
+		// only the guestfwd targets; each connection runs its own busybox nc.
+		netdev := "user,id=n0,net=" + GuestNet + ",dhcpstart=" + GuestIP + ",restrict=on"
+		for _, f := range cfg.Forwards {
+			netdev += fmt.Sprintf(",guestfwd=tcp:%s-cmd:busybox nc 127.0.0.1 %d", f.Addr, f.HostPort)
+		}
+		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0")
 	}
 	for _, s := range cfg.Shares {
 		opt := "local,path=" + s.Path + ",mount_tag=" + s.Tag + ",security_model=passthrough,id=fs-" + s.Tag
