@@ -31,6 +31,13 @@ func (s *Manager) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 		}
 		in.SeccompLocalhost = data
 	}
+	if name := spec.AppArmorLocalhostName(sc); name != "" && s.opts.Node.AppArmor {
+		// As containerd's CRI plugin: a profile the node has not loaded fails at
+		// create, not as a runc error at start.
+		if !appArmorProfileLoaded(appArmorProfiles, name) {
+			return invalid("config.linux.security_context.apparmor", "Localhost profile %q is not loaded on this node", name)
+		}
+	}
 	devs, err := spec.ReadDevices(c.Config.GetDevices())
 	if err != nil {
 		return err

@@ -83,6 +83,9 @@ type NodeInfo struct {
 	UnifiedCgroups bool
 	// HugetlbController: the hugetlb cgroup controller exists.
 	HugetlbController bool
+	// AppArmor: the kernel enforces AppArmor, so a container may run under a
+	// Localhost profile loaded on the node.
+	AppArmor bool
 	// CPUs and MemoryNodes are the node's online CPUs and memory nodes as cpuset
 	// lists ("0-3"); New reads them from sysfs when empty.
 	CPUs, MemoryNodes string

@@ -3,6 +3,7 @@ package container
 import (
 	"io"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,4 +42,21 @@ func readSeccompProfile(field, path string) ([]byte, error) {
 		return nil, invalid(field, "profile %q is larger than the limit of %d bytes", path, maxSeccompProfileSize)
 	}
 	return data, nil
+}
+
+// appArmorProfiles lists the profiles the kernel has loaded, one "name (mode)" a line.
+const appArmorProfiles = "/sys/kernel/security/apparmor/profiles"
+
+// appArmorProfileLoaded tells whether the list at path names the profile.
+func appArmorProfileLoaded(path, name string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, name+" (") {
+			return true
+		}
+	}
+	return false
 }

@@ -47,3 +47,13 @@ func TestReadSeccompProfile(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(data), "SCMP_ACT_ALLOW")
 }
+
+func TestAppArmorProfileLoaded(t *testing.T) {
+	list := filepath.Join(t.TempDir(), "profiles")
+	require.NoError(t, os.WriteFile(list, []byte("cri-validate-apparmor-test-deny-write (enforce)\nnvidia_modprobe//kmod (enforce)\nlsb_release (complain)\n"), 0o644))
+	require.True(t, appArmorProfileLoaded(list, "cri-validate-apparmor-test-deny-write"))
+	require.True(t, appArmorProfileLoaded(list, "lsb_release"))
+	require.False(t, appArmorProfileLoaded(list, "cri-validate-apparmor-test"), "a prefix of a loaded name")
+	require.False(t, appArmorProfileLoaded(list, "not-loaded"))
+	require.False(t, appArmorProfileLoaded(filepath.Join(t.TempDir(), "missing"), "lsb_release"))
+}

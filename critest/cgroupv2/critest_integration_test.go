@@ -28,7 +28,8 @@ func TestCritestInGuest(t *testing.T) {
 	skips, err := conformance.ReadSkipFile(filepath.Join(root, "..", "skip"))
 	require.NoError(t, err)
 	// Two ginkgo processes for the guest's two CPUs; ginkgo is beside critest.
-	s := conformance.Settings{Parallel: 2, Runs: 1}
+	// SHIMD_VM_CRITEST_FOCUS: a ginkgo focus, as CRITEST_FOCUS on the host.
+	s := conformance.Settings{Parallel: 2, Runs: 1, Focus: os.Getenv("SHIMD_VM_CRITEST_FOCUS")}
 	args := conformance.Args("unix:///run/shimd/shimd.sock", "/etc/crictl.yaml", s, conformance.SkipRegex(skips))
 	quoted := make([]string, len(args))
 	for i, a := range args {

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds the test VM's guest (critest/vm): Debian 12 from Debian's packages
-# (debootstrap), systemd as PID 1 on a pure cgroup v2 hierarchy, Debian's kernel,
-# iptables, CNI plugins, docker-registry and the libraries CRIU 4.1 needs. The
+# (debootstrap), systemd as PID 1 on a pure cgroup v2 hierarchy, Debian's kernel
+# (with AppArmor, as Debian boots it), apparmor_parser, iptables, CNI plugins,
+# docker-registry and the libraries CRIU 4.1 needs. The
 # binaries under test (shimd, containerd 2.4.2, runc 1.5.2, kubelet, critest, the
 # agent) are not in the image: the guest runs them from the host's 9p share
 # mounted at /mnt/host, so one image serves every build.
@@ -39,6 +40,8 @@ pkgs=(
 	systemd systemd-sysv dbus udev kmod linux-image-amd64
 	iproute2 iptables procps util-linux e2fsprogs mount less
 	libseccomp2 containernetworking-plugins docker-registry
+	# critest loads its AppArmor profiles with "sudo apparmor_parser".
+	apparmor sudo
 	# CRIU 4.1.1 built on the host runs with these.
 	libprotobuf-c1 libnl-3-200 libnet1 libbsd0 libgnutls30 libnftables1 libcap2
 )

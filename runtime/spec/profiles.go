@@ -64,6 +64,16 @@ func SeccompLocalhostPath(sc *runtimeapi.LinuxContainerSecurityContext) string {
 	return strings.TrimPrefix(sp.GetLocalhostRef(), profileLocalhost)
 }
 
+// AppArmorLocalhostName is the name of the Localhost AppArmor profile sc asks for,
+// or "" (the container manager checks that the node has it loaded).
+func AppArmorLocalhostName(sc *runtimeapi.LinuxContainerSecurityContext) string {
+	sp, err := securityProfile(sc.GetApparmor(), sc.GetApparmorProfile(), secField+".apparmor")
+	if err != nil || sp.GetProfileType() != runtimeapi.SecurityProfile_Localhost {
+		return ""
+	}
+	return strings.TrimPrefix(sp.GetLocalhostRef(), profileLocalhost)
+}
+
 // seccompOpt: RuntimeDefault is containerd's default profile (computed from the
 // capabilities, so it runs after them), Localhost the caller's JSON, Unconfined and
 // nothing asked mean no seccomp (containerd's default), as does privileged.
