@@ -100,7 +100,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 		cfg.MemoryMiB = 4096
 	}
 	if cfg.CPUs == 0 {
-		cfg.CPUs = min(4, max(1, numCPU()))
+		cfg.CPUs = min(4, runtime.NumCPU())
 	}
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 5 * time.Minute
@@ -360,5 +360,3 @@ func (v *VM) tail() string {
 	}
 	return b.String()
 }
-
-func numCPU() int { return runtime.NumCPU() }
