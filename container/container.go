@@ -60,8 +60,9 @@ type Container struct {
 	// status is final.
 	exited     chan struct{}
 	exitedOnce sync.Once
-	// oom is set when an OOM event was seen for the container's cgroup.
-	oom bool
+	// ooms counts the OOM events seen for the container's cgroup (any process of
+	// it, exec'd ones too); one or more makes an exit OOMKilled.
+	ooms int
 	// rootfs are the mounts of the writable layer, kept from its creation for the
 	// task create (rootfsKept); not after a restart of shimd (the snapshotter is
 	// asked then).
@@ -181,8 +182,15 @@ func (c *Container) setIO(cio *containerIO) {
 // markOOM remembers an OOM kill, reported as the reason of the exit.
 func (c *Container) markOOM() {
 	c.mu.Lock()
-	c.oom = true
+	c.ooms++
 	c.mu.Unlock()
+}
+
+// oomCount is the number of OOM events seen for the container's cgroup.
+func (c *Container) oomCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ooms
 }
 
 // exitInputs returns what finishing the container needs: whether it has exited
@@ -190,7 +198,7 @@ func (c *Container) markOOM() {
 func (c *Container) exitInputs() (exited bool, cio *containerIO, oom bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED, c.io, c.oom
+	return c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED, c.io, c.ooms > 0
 }
 
 // setResources records the limits of an UpdateContainerResources.

@@ -48,13 +48,21 @@ func execStartMessage(err error) string {
 // exitGrace is how long a failed exec waits for the container's exit to be seen: a
 // stop that raced the exec kills the container's init under the new process (runc then
 // fails in many ways: "procReady not received", "failed to open /proc/PID/ns/ipc"),
-// and the exit event follows within milliseconds.
+// and the exit event follows within milliseconds. It is also how long a failed exec
+// waits for the OOM event of its own process.
 const exitGrace = time.Second
+
+// runcOOMHint is what runc adds to an exec whose runc init died before the process
+// started (broken pipe, no procReady): in practice, the OOM killer in the container's
+// memory limit, which runc's init has to fit in beside the container.
+const runcOOMHint = "possibly OOM-killed"
 
 // execError classifies a failed exec: when the container's task is gone, no longer
 // running or exits within exitGrace (a stop raced the exec) the request is
-// FailedPrecondition; errors the shim classified keep their class.
-func execError(ctx context.Context, task client.Task, c *Container, err error) error {
+// FailedPrecondition; when the exec's process was OOM-killed before it started (an
+// OOM event for the cgroup since oomsBefore, or runc's hint) it is ResourceExhausted;
+// errors the shim classified keep their class.
+func execError(ctx context.Context, task client.Task, c *Container, oomsBefore int, err error) error {
 	notRunning := fmt.Errorf("exec in container %s: the container is not running: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
 	if strings.Contains(err.Error(), "cannot exec in a stopped state") {
 		return notRunning
@@ -62,11 +70,36 @@ func execError(ctx context.Context, task client.Task, c *Container, err error) e
 	if st, serr := task.Status(ctx); errdefs.IsNotFound(serr) || (serr == nil && st.Status != client.Running) {
 		return notRunning
 	}
-	select {
-	case <-c.exited:
+	exited, oom := c.awaitExitOrOOM(ctx, oomsBefore, exitGrace)
+	switch {
+	case exited:
 		return notRunning
-	case <-time.After(exitGrace):
-	case <-ctx.Done():
+	case oom || strings.Contains(err.Error(), runcOOMHint):
+		return fmt.Errorf("exec in container %s: its process was killed before it started, by the OOM killer in the container's memory limit: %v: %w",
+			c.ID, err, errdefs.ErrResourceExhausted)
 	}
 	return fmt.Errorf("exec in container %s: %w", c.ID, err)
+}
+
+// awaitExitOrOOM waits up to d (or ctx) for the container's exit or an OOM event
+// beyond the first oomsBefore, and says which came.
+func (c *Container) awaitExitOrOOM(ctx context.Context, oomsBefore int, d time.Duration) (exited, oom bool) {
+	tick := time.NewTicker(d / 20)
+	defer tick.Stop()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-c.exited:
+			return true, false
+		case <-tick.C:
+			if c.oomCount() > oomsBefore {
+				return false, true
+			}
+		case <-deadline.C:
+			return false, c.oomCount() > oomsBefore
+		case <-ctx.Done():
+			return false, c.oomCount() > oomsBefore
+		}
+	}
 }

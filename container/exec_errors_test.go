@@ -1,8 +1,10 @@
 package container
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -30,4 +32,27 @@ func TestExecStartExitCode(t *testing.T) {
 	}
 	require.Equal(t, `exec: "/x": stat /x: no such file or directory`,
 		execStartMessage(errors.New(prefix+`exec: "/x": stat /x: no such file or directory: unknown`)))
+}
+
+// A failed exec tells the container's exit from an OOM event of its own process:
+// only events after oomsBefore count, and neither within the wait is neither.
+func TestAwaitExitOrOOM(t *testing.T) {
+	ctx := context.Background()
+	c := &Container{ID: "c", exited: make(chan struct{})}
+	c.markOOM()
+	exited, oom := c.awaitExitOrOOM(ctx, c.oomCount(), 60*time.Millisecond)
+	require.False(t, exited)
+	require.False(t, oom, "an OOM before the exec is not the exec's")
+
+	before := c.oomCount()
+	go func() { time.Sleep(10 * time.Millisecond); c.markOOM() }()
+	exited, oom = c.awaitExitOrOOM(ctx, before, 5*time.Second)
+	require.False(t, exited)
+	require.True(t, oom)
+	require.Equal(t, 2, c.oomCount())
+
+	close(c.exited)
+	exited, oom = c.awaitExitOrOOM(ctx, c.oomCount(), 5*time.Second)
+	require.True(t, exited)
+	require.False(t, oom)
 }

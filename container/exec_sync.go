@@ -94,11 +94,12 @@ func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32
 		opts = append(opts, cio.WithTerminal)
 	}
 	execID := "exec-" + newContainerID()[:32]
+	oomsBefore := c.oomCount()
 	// The process outlives a cancelled request only until it is killed below.
 	dctx := context.WithoutCancel(ctx)
 	proc, err := task.Exec(dctx, execID, &pspec, cio.NewCreator(opts...))
 	if err != nil {
-		return 0, execError(dctx, task, c, err)
+		return 0, execError(dctx, task, c, oomsBefore, err)
 	}
 	// Deleting the process waits in the shim for its IO, which a leftover child may
 	// hold for seconds: it is done in the background (bounded), not by the caller.
@@ -113,7 +114,7 @@ func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	}()
 	exitc, err := proc.Wait(dctx)
 	if err != nil {
-		return 0, execError(dctx, task, c, err)
+		return 0, execError(dctx, task, c, oomsBefore, err)
 	}
 	if err := proc.Start(dctx); err != nil {
 		if code, ok := execStartExitCode(err); ok {
@@ -124,7 +125,7 @@ func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32
 			}
 			return code, nil
 		}
-		return 0, execError(dctx, task, c, err)
+		return 0, execError(dctx, task, c, oomsBefore, err)
 	}
 	execDone := make(chan struct{})
 	defer close(execDone)

@@ -39,6 +39,9 @@ func TestAdversarialRequests(t *testing.T) {
 	rs, is := env.Shimd.Runtime(t), env.Shimd.Images(t)
 	pod := newPod(t, rs, "target")
 	ctr := pod.run(pod.container("victim", "sleep", "100000"))
+	// Before the harness's leak check (cleanups run last first), also when an
+	// assertion below fails: the leak check then reports only what shimd left.
+	t.Cleanup(func() { removeEverything(t, rs) })
 	pid := env.Shimd.PID()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -110,8 +113,6 @@ func TestAdversarialRequests(t *testing.T) {
 	require.NotContains(t, string(logData), "panic", "shimd's log shows a panic")
 	sort.Strings(bad)
 	require.Empty(t, bad, "%d requests got no deliberate code:\n%s", len(bad), strings.Join(firstN(bad, 60), "\n"))
-
-	removeEverything(t, rs)
 }
 
 func firstN(s []string, n int) []string {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -284,6 +285,49 @@ func TestOOMKilled(t *testing.T) {
 	st := waitExited(t, rs, id)
 	require.Equal(t, "OOMKilled", st.Reason)
 	require.Equal(t, int32(137), st.ExitCode)
+	stopRemove(t, rs, pod.id)
+}
+
+// An exec whose process the container's memory limit kills before it starts (six
+// runc inits at once, each reading a 1 MiB argument, in a 6 MiB cgroup) is
+// ResourceExhausted, not Unknown; the container keeps running and answers the next
+// exec.
+func TestExecOOMKilledAtStart(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "execoom")
+	cfg := pod.container("small", "sleep", "100000")
+	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 6 << 20}
+	id := pod.run(cfg)
+	byCode := map[codes.Code]int{}
+	for round := 0; round < 3 && byCode[codes.ResourceExhausted] == 0; round++ {
+		errs := make([]error, 6)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = rs.ExecSync(ctxT(t, time.Minute), &runtimeapi.ExecSyncRequest{ContainerId: id,
+					Cmd: []string{"echo", strings.Repeat("A", 1<<20)}, Timeout: 20})
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			byCode[status.Code(err)]++
+			if err != nil {
+				require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+				require.Contains(t, err.Error(), "OOM killer")
+			}
+		}
+	}
+	t.Logf("answers: %v", byCode)
+	require.NotZero(t, byCode[codes.ResourceExhausted], "no exec was OOM-killed: the test did not make the case")
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_RUNNING, containerStatus(t, rs, id).State)
+	resp, err := rs.ExecSync(ctxT(t, time.Minute), &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"echo", "ok"}, Timeout: 20})
+	require.NoError(t, err)
+	require.Equal(t, "ok\n", string(resp.Stdout))
 	stopRemove(t, rs, pod.id)
 }
 
