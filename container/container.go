@@ -63,6 +63,11 @@ type Container struct {
 	// ooms counts the OOM events seen for the container's cgroup (any process of
 	// it, exec'd ones too); one or more makes an exit OOMKilled.
 	ooms int
+	// podOOM is the pod's OOM kill count when the task was created (podOOMKilled).
+	podOOM podOOMBase
+	// killedByShimd is set when shimd sent the task SIGKILL (a stop), so that its
+	// exit status 137 is not taken for the OOM killer's.
+	killedByShimd bool
 	// rootfs are the mounts of the writable layer, kept from its creation for the
 	// task create (rootfsKept); not after a restart of shimd (the snapshotter is
 	// asked then).
@@ -194,11 +199,34 @@ func (c *Container) oomCount() int {
 }
 
 // exitInputs returns what finishing the container needs: whether it has exited
-// already, its IO and whether it was OOM-killed.
-func (c *Container) exitInputs() (exited bool, cio *containerIO, oom bool) {
+// already, and its IO.
+func (c *Container) exitInputs() (exited bool, cio *containerIO) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED, c.io, c.ooms > 0
+	return c.status.State == runtimeapi.ContainerState_CONTAINER_EXITED, c.io
+}
+
+// oomFacts returns what tells an OOM-killed exit: the OOM events seen, the pod's
+// OOM kill count at task create, and whether shimd sent SIGKILL itself.
+func (c *Container) oomFacts() (ooms int, base podOOMBase, killedByShimd bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ooms, c.podOOM, c.killedByShimd
+}
+
+// setPodOOMBase records the pod's OOM kill count at task create.
+func (c *Container) setPodOOMBase(b podOOMBase) {
+	c.mu.Lock()
+	c.podOOM = b
+	c.killedByShimd = false
+	c.mu.Unlock()
+}
+
+// markKilledByShimd records that shimd sent the task SIGKILL.
+func (c *Container) markKilledByShimd() {
+	c.mu.Lock()
+	c.killedByShimd = true
+	c.mu.Unlock()
 }
 
 // setResources records the limits of an UpdateContainerResources.

@@ -78,7 +78,7 @@ func (x *Exits) TaskOOM(containerID string) {
 // (so the shim can go), and persists EXITED with code, reason and time. Idempotent:
 // while one call records the exit, another waits for it (or for ctx).
 func (x *Exits) finish(ctx context.Context, c *Container, status uint32, at time.Time) {
-	exited, cio, oom := c.exitInputs()
+	exited, cio := c.exitInputs()
 	if exited {
 		return
 	}
@@ -104,7 +104,7 @@ func (x *Exits) finish(ctx context.Context, c *Container, status uint32, at time
 	}
 	reason := "Completed"
 	switch {
-	case oom:
+	case oomKilled(c, status):
 		reason = "OOMKilled"
 	case status != 0:
 		reason = "Error"
@@ -205,6 +205,9 @@ func (x *Exits) taskState(ctx context.Context, id string) (taskExit, error) {
 
 // signal sends sig to the container's task.
 func (x *Exits) signal(ctx context.Context, c *Container, sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		c.markKilledByShimd()
+	}
 	_, err := x.m.ctrd.TaskService().Kill(ctx, &tasks.KillRequest{ContainerID: c.ID, Signal: uint32(sig)})
 	return errgrpc.ToNative(err)
 }

@@ -100,7 +100,8 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	st.done("load+log")
 	var cio *containerIO
 	ts := s.ctrd.TaskService()
-	if _, _, err := ctrd.NewTaskWithOptions(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio), taskOpts); err != nil {
+	_, initPid, err := ctrd.NewTaskWithOptions(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio), taskOpts)
+	if err != nil {
 		if cio != nil {
 			cio.close()
 		} else if logf != nil {
@@ -117,6 +118,9 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 		}
 	}()
 	c.setIO(cio)
+	if sb, err := s.opts.Pods.Pod(c.SandboxID); err == nil {
+		c.setPodOOMBase(readPodOOMBase(initPid, sb.Config.GetLinux().GetCgroupParent()))
+	}
 	st.done("task-create")
 	startedAt := time.Now()
 	pid, err := ctrd.StartTask(ctx, ts, c.ID)

@@ -69,3 +69,17 @@ func TestCgroupGroups(t *testing.T) {
 	require.Equal(t, "8:16", h.blockDevice(8, 16))
 	require.Equal(t, "254:0", hostFS{}.blockDevice(254, 0))
 }
+
+// A pod's OOM kills are read from its group's memory.events, found as the parent of
+// a task's own group when that parent is the pod's cgroup parent.
+func TestOOMKillsIn(t *testing.T) {
+	pod := filepath.Join(t.TempDir(), "kubepods.slice", "kubepods-burstable-podx.slice")
+	require.NoError(t, os.MkdirAll(filepath.Join(pod, "cri-shimd-c.scope"), 0o755))
+	_, ok := OOMKillsIn(pod)
+	require.False(t, ok, "no memory.events")
+	require.NoError(t, os.WriteFile(filepath.Join(pod, "memory.events"),
+		[]byte("low 0\nhigh 0\nmax 12\noom 3\noom_kill 5\noom_group_kill 1\n"), 0o644))
+	n, ok := OOMKillsIn(podGroup(filepath.Join(pod, "cri-shimd-c.scope"), "kubepods-burstable-podx.slice"))
+	require.True(t, ok)
+	require.Equal(t, uint64(5), n)
+}

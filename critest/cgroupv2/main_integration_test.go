@@ -85,6 +85,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	// How often the shim's TaskOOM was lost (systemd removed the scope first) and
+	// shimd told the OOM kill by the pod's count (container/oom.go).
+	out, _ = guest.Output(ctx, `echo "guest: OOM exits told by the pod's count, the TaskOOM lost: $(journalctl -u shimd --no-pager | grep -c "OOM kills in its pod's cgroup")"`)
+	fmt.Print(out)
 	if code == 0 {
 		// Every test removed what it made: nothing of shimd's may be left in the
 		// guest. systemd stops an emptied pod slice a moment after its last scope:
