@@ -23,7 +23,11 @@ ln -sf "$tools/crictl" /usr/local/bin/crictl
 ln -sf "$tools/runc" /usr/local/sbin/runc
 ln -sf "$tools/containerd-shim-runc-v2" /usr/local/bin/containerd-shim-runc-v2
 ln -sf "$tools/ctr" /usr/local/bin/ctr
-[ -x /mnt/tools/criu-4.1.1/criu/criu ] && ln -sf /mnt/tools/criu-4.1.1/criu/criu /usr/local/sbin/criu
+# CRIU as hack/tools.sh installs it on the host ($SHIMD_TOOLS/criu-<version>/sbin/criu;
+# its bin/criu link is absolute, to the host's path).
+for criu in /mnt/tools/criu-*/sbin/criu; do
+	if [ -x "$criu" ]; then ln -sf "$criu" /usr/local/sbin/criu; fi
+done
 
 mkdir -p /etc/docker/registry
 cat >/etc/docker/registry/config.yml <<'EOF'
