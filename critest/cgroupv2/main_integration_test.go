@@ -85,6 +85,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	// The tests may outlast the boot's context (critest in the guest alone takes
+	// over 20 minutes): what follows has its own.
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	// How often the shim's TaskOOM was lost (systemd removed the scope first) and
 	// shimd told the OOM kill by the pod's count (container/oom.go).
 	out, _ = guest.Output(ctx, `echo "guest: OOM exits told by the pod's count, the TaskOOM lost: $(journalctl -u shimd --no-pager | grep -c "OOM kills in its pod's cgroup")"`)

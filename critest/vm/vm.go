@@ -247,9 +247,13 @@ func (v *VM) Run(ctx context.Context, cmd string, out io.Writer) (int, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		req.TimeoutSeconds = max(1, int(time.Until(dl).Seconds()+0.999))
 	}
+	if err := ctx.Err(); err != nil {
+		return -1, fmt.Errorf("guest command %q: %w", cmd, err)
+	}
+	// Cleared before the cancel can set it: a cancel that came first must hold.
+	_ = v.conn.SetDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { _ = v.conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	_ = v.conn.SetDeadline(time.Time{})
 	if err := json.NewEncoder(v.conn).Encode(req); err != nil {
 		v.disconnect()
 		return -1, err
