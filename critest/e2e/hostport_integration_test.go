@@ -56,10 +56,9 @@ func TestHostPort(t *testing.T) {
 }
 
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := harness.FreeTCPPort()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // httpGet retries until the server answers (it was just started), with a deadline.

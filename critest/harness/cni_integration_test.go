@@ -83,10 +83,9 @@ func listenIn(t *testing.T, path, addr string) net.Listener {
 }
 
 func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := harness.FreeTCPPort()
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func dialRead(addr string) (string, error) {

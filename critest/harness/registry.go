@@ -3,7 +3,6 @@ package harness
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -358,16 +357,6 @@ func copyRegular(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// FreeTCPPort is a port on 127.0.0.1 that nothing listened on a moment ago.
-func FreeTCPPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -382,4 +383,36 @@ func dirEntries(dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// A port taken between FreePort and the kubelet's bind makes the kubelet exit
+// ("bind: address already in use"; it failed CI so once). Start then gives it
+// new ports and it comes up.
+func TestKubeletStartsWhenItsPortIsTaken(t *testing.T) {
+	s := startE2EWith(t, nil, func(o *Options) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		o.Port = l.Addr().(*net.TCPAddr).Port
+		t.Logf("port %d held by the test", o.Port)
+	})
+	if s == nil {
+		return
+	}
+	log, err := os.ReadFile(s.k.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), "===== test: kubelet starting"); n != 2 {
+		t.Errorf("kubelet started %d times, want 2 (the first on the held port)", n)
+	}
+	if !strings.Contains(string(log), "address already in use") {
+		t.Errorf("the first kubelet did not say its port was in use")
+	}
+	if _, err := s.k.Get("/pods"); err != nil {
+		t.Errorf("kubelet on port %d: %v", s.k.Port, err)
+	}
+	t.Logf("kubelet up on port %d after the held one: %s", s.k.Port, lineWith(string(log), "address already in use"))
 }

@@ -47,6 +47,9 @@ type Options struct {
 	// 127.0.0.1, which a standalone kubelet accepts; a kubelet that registers its node
 	// refuses a loopback address, so a cluster gives the CNI bridge's gateway address.
 	NodeIP string
+	// Port is the authenticated API's port for the first start; 0: a free one.
+	// Taken by then, the kubelet gets a free one (Start).
+	Port int
 }
 
 // Kubelet is a standalone kubelet started by Start.
@@ -107,11 +110,12 @@ func Start(t testing.TB, opts Options) *Kubelet {
 			t.Fatalf("kubelet: %v", err)
 		}
 	}
-	for _, p := range []*int{&k.Port, &k.ReadOnly, &k.Healthz} {
-		*p = FreePort(t)
-	}
-	if err := k.writeConfig(); err != nil {
-		t.Fatalf("kubelet: %v", err)
+	k.newPorts(t)
+	if opts.Port != 0 {
+		k.Port = opts.Port
+		if err := k.writeConfig(); err != nil {
+			t.Fatalf("kubelet: %v", err)
+		}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -205,8 +209,39 @@ func (k *Kubelet) args() []string {
 func (k *Kubelet) NodeName() string { return k.opts.NodeName }
 
 // Start starts the kubelet (again) and waits up to 60s until /healthz and
-// /pods answer.
+// /pods answer. A kubelet that exits because one of its ports was taken
+// between FreePort and its bind gets new ports, twice at most.
 func (k *Kubelet) Start(t testing.TB) {
+	t.Helper()
+	for try := 1; ; try++ {
+		exited, log, err := k.startOnce(t)
+		if err == nil {
+			return
+		}
+		if exited && harness.AddrInUse(log) && try < 3 {
+			t.Logf("kubelet: a port was taken before the kubelet bound it, new ports for try %d: %s", try+1, lineWith(log, "address already in use"))
+			k.newPorts(t)
+			continue
+		}
+		// The error lines first: a CI log keeps the head of a long message.
+		t.Fatalf("%v; its error lines:\n%s\nits last lines:\n%s", err, k.LogTail(20, "E"), k.LogTail(60, ""))
+	}
+}
+
+// newPorts picks the kubelet's three ports and writes them into its config.
+func (k *Kubelet) newPorts(t testing.TB) {
+	t.Helper()
+	for _, p := range []*int{&k.Port, &k.ReadOnly, &k.Healthz} {
+		*p = FreePort(t)
+	}
+	if err := k.writeConfig(); err != nil {
+		t.Fatalf("kubelet: %v", err)
+	}
+}
+
+// startOnce starts the kubelet and waits for it. When it fails, exited says
+// whether the kubelet exited, and log is what it wrote since it started.
+func (k *Kubelet) startOnce(t testing.TB) (exited bool, log string, err error) {
 	t.Helper()
 	k.mu.Lock()
 	if k.cmd != nil && !closed(k.done) {
@@ -217,6 +252,10 @@ func (k *Kubelet) Start(t testing.TB) {
 	if err != nil {
 		k.mu.Unlock()
 		t.Fatalf("kubelet: %v", err)
+	}
+	var from int64
+	if st, err := logf.Stat(); err == nil {
+		from = st.Size()
 	}
 	bin := Binary()
 	fmt.Fprintf(logf, "\n===== test: kubelet starting at %s: %s %q\n", time.Now().Format(time.RFC3339Nano), bin, k.args())
@@ -241,16 +280,36 @@ func (k *Kubelet) Start(t testing.TB) {
 	for {
 		err := k.ready()
 		if err == nil {
-			return
+			return false, "", nil
 		}
 		if closed(done) {
-			t.Fatalf("kubelet exited before it was ready (%v); last lines:\n%s", cmd.ProcessState, k.LogTail(60, ""))
+			return true, k.logSince(from), fmt.Errorf("kubelet exited before it was ready (%v)", cmd.ProcessState)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kubelet not ready after 60s: %v; last lines:\n%s", err, k.LogTail(60, ""))
+			return false, k.logSince(from), fmt.Errorf("kubelet not ready after 60s: %v", err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// logSince is the kubelet's log from byte offset from on.
+func (k *Kubelet) logSince(from int64) string {
+	b, err := os.ReadFile(k.LogPath)
+	if err != nil || from > int64(len(b)) {
+		return ""
+	}
+	return string(b[from:])
+}
+
+// lineWith is the last line of s that contains sub.
+func lineWith(s, sub string) string {
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], sub) {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return ""
 }
 
 func (k *Kubelet) ready() error {
@@ -359,15 +418,15 @@ func (k *Kubelet) LogTail(n int, prefix string) string {
 	return strings.Join(lines, "\n")
 }
 
-// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+// FreePort returns a TCP port that nothing listens on, outside the kernel's
+// ephemeral range (harness.FreeTCPPort says why).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := harness.FreeTCPPort()
 	if err != nil {
 		t.Fatalf("kubelet: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func closed(c chan struct{}) bool {

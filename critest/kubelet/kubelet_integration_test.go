@@ -100,7 +100,10 @@ func runKubelet(t *testing.T, gates map[string]bool) *e2e {
 
 // startE2E starts the registry, containerd, shimd and a kubelet with gates, with
 // no pods; it skips the test (and returns nil) without root or a kubelet binary.
-func startE2E(t *testing.T, gates map[string]bool) *e2e {
+func startE2E(t *testing.T, gates map[string]bool) *e2e { return startE2EWith(t, gates, nil) }
+
+// startE2EWith is startE2E with the kubelet's options changed by opt first.
+func startE2EWith(t *testing.T, gates map[string]bool, opt func(*Options)) *e2e {
 	if os.Geteuid() != 0 {
 		t.Skip("the kubelet e2e test needs root")
 		return nil
@@ -120,7 +123,11 @@ func startE2E(t *testing.T, gates map[string]bool) *e2e {
 	s := &e2e{env: env, rt: env.Shimd.Runtime(t)}
 
 	start := time.Now()
-	s.k = Start(t, Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node", FeatureGates: gates})
+	opts := Options{Dir: harness.NewBaseDir(t), RuntimeEndpoint: env.Shimd.Endpoint(), NodeName: "shimd-e2e-node", FeatureGates: gates}
+	if opt != nil {
+		opt(&opts)
+	}
+	s.k = Start(t, opts)
 	t.Logf("kubelet %s pid %d up in %s: API %s, read-only :%d, root %s, log %s",
 		Version(), s.k.PID(), time.Since(start).Round(time.Millisecond), s.k.URL(), s.k.ReadOnly, s.k.RootDir, s.k.LogPath)
 	// On failure: stop the kubelet first so it recreates nothing, then take
