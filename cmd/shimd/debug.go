@@ -22,6 +22,8 @@ type debugStats struct {
 	OpenFDs    int `json:"open_fds"`
 	// ContainerdCalls counts shimd's calls to containerd by gRPC method since start.
 	ContainerdCalls map[string]uint64 `json:"containerd_calls"`
+	// ContainerdCallTimes is the latency of the unary ones, by method, since start.
+	ContainerdCallTimes map[string]callTimes `json:"containerd_call_times"`
 }
 
 // startDebug serves /debug/pprof/ and /debug/stats on addr (an absolute unix socket
@@ -89,5 +91,6 @@ func serveDebugStats(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(debugStats{Goroutines: goruntime.NumGoroutine(), OpenFDs: len(fds) - 1, ContainerdCalls: containerdCalls.snapshot()})
+	_ = json.NewEncoder(w).Encode(debugStats{Goroutines: goruntime.NumGoroutine(), OpenFDs: len(fds) - 1, ContainerdCalls: containerdCalls.snapshot(),
+		ContainerdCallTimes: containerdCalls.timesSnapshot()})
 }

@@ -5,6 +5,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
 )
 
 // envInt reads a positive integer from the environment, or def.
@@ -50,10 +53,23 @@ func BenchmarkBurst(b *testing.B) {
 		if i == 0 {
 			first = -1 // a warm-up burst, not recorded
 		}
+		debug := os.Getenv("BENCH_SHIMD_DEBUG")
 		for round := first; round < burstRounds; round++ {
 			for _, tg := range []*target{p.shimd, p.cd} {
+				timed := debug != "" && tg == p.shimd && round >= 0
+				var before, started map[string]callTimes
+				if timed {
+					before = shimdCallTimes(b, debug)
+				}
 				ids := tg.burst(b, round, n)
+				if timed {
+					started = shimdCallTimes(b, debug)
+				}
 				tg.burstTeardown(b, round, ids)
+				if timed {
+					b.Log(callTimesTable(fmt.Sprintf("shimd, burst start of %d pods, round %d", n, round+1), callTimesDiff(before, started), n) +
+						callTimesTable(fmt.Sprintf("shimd, burst teardown of %d pods, round %d", n, round+1), callTimesDiff(started, shimdCallTimes(b, debug)), n))
+				}
 			}
 		}
 		report(b, fmt.Sprintf("burst: %d one-container pods started at once, then removed at once; %d rounds per runtime, alternating", n, burstRounds),
@@ -150,4 +166,19 @@ func (tg *target) record(op string, d time.Duration) {
 	recordMu.Lock()
 	defer recordMu.Unlock()
 	tg.samples[op] = append(tg.samples[op], d)
+}
+
+// shimdCallTimes reads the latency of shimd's calls to containerd from its debug
+// socket (BENCH_SHIMD_DEBUG).
+func shimdCallTimes(b *testing.B, sock string) map[string]callTimes {
+	b.Helper()
+	resp, err := harness.UnixHTTPClient(sock, 10*time.Second).Get("http://shimd/debug/stats")
+	require.NoError(b, err, "shimd's /debug/stats")
+	defer resp.Body.Close()
+	var st struct {
+		Times map[string]callTimes `json:"containerd_call_times"`
+	}
+	require.NoError(b, json.NewDecoder(resp.Body).Decode(&st), "shimd's /debug/stats")
+	require.NotEmpty(b, st.Times, "shimd's /debug/stats has no containerd_call_times")
+	return st.Times
 }
