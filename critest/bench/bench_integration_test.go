@@ -77,6 +77,9 @@ type target struct {
 	// cgroupRoot ("shimd-..."): give each pod a cgroup parent of its own below it, as
 	// the kubelet's cgroupfs driver does (/kubepods/besteffort/pod<uid>); "": none.
 	cgroupRoot string
+	// daemons are the pids of the processes that serve this target's CRI calls
+	// (shimd and containerd; containerd alone for its CRI plugin); nil: unknown.
+	daemons []int
 }
 
 // pair is one containerd with its own CRI plugin and a shimd on it, sharing the CNI
@@ -142,6 +145,8 @@ func newPairOn(b testing.TB, handler string) *pair {
 		shimdLog:      shimd.LogPath(),
 	}
 	p.shimd.is, p.cd.is = p.shimdIS, p.cdIS
+	p.shimd.daemons = []int{shimd.PID(), env.Containerd.PID()}
+	p.cd.daemons = []int{env.Containerd.PID()}
 	b.Cleanup(func() {
 		for _, tg := range []*target{p.shimd, p.cd} {
 			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)

@@ -62,11 +62,18 @@ func BenchmarkBurst(b *testing.B) {
 				if timed {
 					before = shimdCallTimes(b, debug)
 				}
+				cpu0 := tg.cpuNow(b)
 				ids := tg.burst(b, round, n)
+				cpu1 := tg.cpuNow(b)
 				if timed {
 					started = shimdCallTimes(b, debug)
 				}
 				tg.burstTeardown(b, round, ids)
+				cpu2 := tg.cpuNow(b)
+				if round >= 0 {
+					fmt.Print(cpu1.sub(cpu0).line(fmt.Sprintf("%s, burst start of %d pods, round %d", tg.name, n, round+1), n) +
+						cpu2.sub(cpu1).line(fmt.Sprintf("%s, burst teardown of %d pods, round %d", tg.name, n, round+1), n))
+				}
 				if timed {
 					// Printed, not logged: the testing package keeps only the first
 					// lines of a benchmark's log.

@@ -19,9 +19,6 @@ import (
 	"github.com/shimd/shimd/critest/harness"
 )
 
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
-const clockTicks = 100
-
 // daemonUsage is the CPU time and resident memory of a set of daemon processes.
 type daemonUsage struct {
 	cpu time.Duration

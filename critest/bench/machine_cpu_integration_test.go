@@ -1,0 +1,42 @@
+//go:build integration
+
+package bench
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// cpuSample is the CPU time the whole machine and a target's daemons had used at one
+// moment. A burst's cost is the difference of two samples: the machine's figure
+// holds everything the burst made run (runc, shims, CNI plugins, pause and the
+// containers' first instants as well as the daemons), so it is the work a node pays
+// for, whichever process did it.
+type cpuSample struct {
+	machine time.Duration // busy time of all CPUs: /proc/stat's first line less idle and iowait
+	daemons time.Duration // utime + stime of the target's daemons, themselves only
+}
+
+// cpuNow samples the machine and tg's daemons.
+func (tg *target) cpuNow(b *testing.B) cpuSample {
+	b.Helper()
+	m, err := machineBusy()
+	require.NoError(b, err, "read /proc/stat")
+	u, err := usageOf(tg.daemons...)
+	require.NoError(b, err, "read the daemons' CPU time")
+	return cpuSample{machine: m, daemons: u.cpu}
+}
+
+func (s cpuSample) sub(o cpuSample) cpuSample {
+	return cpuSample{machine: s.machine - o.machine, daemons: s.daemons - o.daemons}
+}
+
+// line prints the sample as the cost of what, for n pods.
+func (s cpuSample) line(what string, n int) string {
+	return fmt.Sprintf("%s: CPU time of the whole machine %.1f s (%.0f ms per pod), of the daemons %.1f s (%.0f ms per pod), of the rest %.1f s\n",
+		what, s.machine.Seconds(), float64(s.machine.Milliseconds())/float64(n),
+		s.daemons.Seconds(), float64(s.daemons.Milliseconds())/float64(n), (s.machine - s.daemons).Seconds())
+}
