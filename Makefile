@@ -143,8 +143,10 @@ crash-soak: tools
 	CRASH_SOAK_ROUNDS=$${CRASH_SOAK_ROUNDS:-200} $(GO) test -tags integration -count=1 -timeout 60m -run TestCrashSoak -v ./critest/e2e/
 
 # A container whose liveness probe always fails, restarted 5 times by a real kubelet on
-# shimd and on containerd's CRI plugin: the restart delays must follow the kubelet's
-# crash-loop back-off (issue 32).
+# shimd and on containerd's CRI plugin: each restart must be what the kubelet's
+# crash-loop back-off rule gives for the attempts' times as the runtime reports them
+# (issue 32). LIVENESS_FAILURE_THRESHOLD (default 3) sets the probe's threshold;
+# KUBELET_VERSION picks another kubelet (v1.34.12 was the issue's).
 .PHONY: e2e-liveness-backoff
 e2e-liveness-backoff: tools
 	bash hack/tools.sh kubelet && SHIMD_LIVENESS_BACKOFF=1 $(GO) test -tags integration -count=1 -timeout 20m -run TestKubeletLivenessBackoff -v ./critest/bench/
