@@ -71,8 +71,8 @@ func BenchmarkBurst(b *testing.B) {
 				tg.burstTeardown(b, round, ids)
 				cpu2 := tg.cpuNow(b)
 				if round >= 0 {
-					fmt.Print(cpu1.sub(cpu0).line(fmt.Sprintf("%s, burst start of %d pods, round %d", tg.name, n, round+1), n) +
-						cpu2.sub(cpu1).line(fmt.Sprintf("%s, burst teardown of %d pods, round %d", tg.name, n, round+1), n))
+					fmt.Print(cpu1.sub(cpu0).line(fmt.Sprintf("%s, burst start of %d pods, round %d", tg.name, n, round+1), n, len(tg.daemons)) +
+						cpu2.sub(cpu1).line(fmt.Sprintf("%s, burst teardown of %d pods, round %d", tg.name, n, round+1), n, len(tg.daemons)))
 				}
 				if timed {
 					// Printed, not logged: the testing package keeps only the first

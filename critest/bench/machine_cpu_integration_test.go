@@ -18,6 +18,7 @@ import (
 type cpuSample struct {
 	machine time.Duration // busy time of all CPUs: /proc/stat's first line less idle and iowait
 	daemons time.Duration // utime + stime of the target's daemons, themselves only
+	first   time.Duration // of the first daemon alone (shimd, for shimd)
 }
 
 // cpuNow samples the machine and tg's daemons.
@@ -27,16 +28,23 @@ func (tg *target) cpuNow(b *testing.B) cpuSample {
 	require.NoError(b, err, "read /proc/stat")
 	u, err := usageOf(tg.daemons...)
 	require.NoError(b, err, "read the daemons' CPU time")
-	return cpuSample{machine: m, daemons: u.cpu}
+	f, err := usageOf(tg.daemons[0])
+	require.NoError(b, err, "read the first daemon's CPU time")
+	return cpuSample{machine: m, daemons: u.cpu, first: f.cpu}
 }
 
 func (s cpuSample) sub(o cpuSample) cpuSample {
-	return cpuSample{machine: s.machine - o.machine, daemons: s.daemons - o.daemons}
+	return cpuSample{machine: s.machine - o.machine, daemons: s.daemons - o.daemons, first: s.first - o.first}
 }
 
-// line prints the sample as the cost of what, for n pods.
-func (s cpuSample) line(what string, n int) string {
-	return fmt.Sprintf("%s: CPU time of the whole machine %.1f s (%.0f ms per pod), of the daemons %.1f s (%.0f ms per pod), of the rest %.1f s\n",
+// line prints the sample as the cost of what, for n pods; several daemons: the
+// first's part too.
+func (s cpuSample) line(what string, n, daemons int) string {
+	part := ""
+	if daemons > 1 {
+		part = fmt.Sprintf(" (the first, shimd, %.1f s)", s.first.Seconds())
+	}
+	return fmt.Sprintf("%s: CPU time of the whole machine %.1f s (%.0f ms per pod), of the daemons %.1f s%s (%.0f ms per pod), of the rest %.1f s\n",
 		what, s.machine.Seconds(), float64(s.machine.Milliseconds())/float64(n),
-		s.daemons.Seconds(), float64(s.daemons.Milliseconds())/float64(n), (s.machine - s.daemons).Seconds())
+		s.daemons.Seconds(), part, float64(s.daemons.Milliseconds())/float64(n), (s.machine - s.daemons).Seconds())
 }
