@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"time"
+
+	"github.com/containerd/log"
 )
 
 // sweepTimeout bounds one sweep: a containerd that stops answering delays the
@@ -28,6 +30,7 @@ func sweepEvery(ctx context.Context, recovered <-chan struct{}, first, interval 
 		case <-ctx.Done():
 			return
 		}
+		t0 := time.Now()
 		for _, sweep := range sweeps {
 			if ctx.Err() != nil {
 				return
@@ -36,6 +39,7 @@ func sweepEvery(ctx context.Context, recovered <-chan struct{}, first, interval 
 			sweep(sctx)
 			cancel()
 		}
+		log.G(ctx).WithField("took", time.Since(t0)).Debug("periodic sweep done")
 		timer.Reset(interval)
 	}
 }

@@ -104,6 +104,11 @@ func startE2E(t *testing.T, gates map[string]bool) *e2e { return startE2EWith(t,
 
 // startE2EWith is startE2E with the kubelet's options changed by opt first.
 func startE2EWith(t *testing.T, gates map[string]bool, opt func(*Options)) *e2e {
+	return startE2EShimd(t, gates, "", opt)
+}
+
+// startE2EShimd is startE2EWith with shimdConfig (TOML keys) added to shimd's config.
+func startE2EShimd(t *testing.T, gates map[string]bool, shimdConfig string, opt func(*Options)) *e2e {
 	if os.Geteuid() != 0 {
 		t.Skip("the kubelet e2e test needs root")
 		return nil
@@ -117,7 +122,7 @@ func startE2EWith(t *testing.T, gates map[string]bool, opt func(*Options)) *e2e 
 	hosts := filepath.Join(harness.NewBaseDir(t), "hosts")
 	reg.WriteHermeticHostsDir(t, hosts) // a missing image never falls through to the real registry
 	env := harness.New(t, harness.Options{
-		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
+		Shimd:       harness.ShimdOptions{ExtraConfig: shimdConfig + fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
 		LeakTimeout: time.Minute,
 	})
 	s := &e2e{env: env, rt: env.Shimd.Runtime(t)}
