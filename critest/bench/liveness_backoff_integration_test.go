@@ -169,6 +169,22 @@ func (tg *target) livenessAttempts(t *testing.T, opts kubelet.Options, threshold
 		}
 		cancel()
 	}
+	// The kubelet's restart count is the running attempt's number: every restart
+	// counted once, none lost (its status may lag a sync behind).
+	newest := uint32(0)
+	for n := range byAttempt {
+		newest = max(newest, n)
+	}
+	var rc int32
+	require.Eventually(t, func() bool {
+		pod, err := k.Pod(name)
+		if err != nil || len(pod.Status.ContainerStatuses) == 0 {
+			return false
+		}
+		rc = pod.Status.ContainerStatuses[0].RestartCount
+		return uint32(rc) == newest || uint32(rc) == newest+1
+	}, 15*time.Second, 200*time.Millisecond, "%s: the kubelet's restart count never matched the runtime's newest attempt, %d", tg.name, newest)
+	t.Logf("%s: the kubelet's restart count %d, the newest attempt %d", tg.name, rc, newest)
 	k.RemovePod(t, name)
 	tg.awaitPodGone(t)
 	ns := make([]int, 0, len(byAttempt))
