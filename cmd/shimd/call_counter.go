@@ -41,16 +41,19 @@ func newCallCounter() *callCounter {
 	return &callCounter{calls: map[string]uint64{}, times: map[string]*callTimes{}}
 }
 
+// add counts a stream of method (unary calls are counted by observe).
 func (c *callCounter) add(method string) {
 	c.mu.Lock()
 	c.calls[method]++
 	c.mu.Unlock()
 }
 
-// observe adds a unary call of method that took d.
+// observe counts a unary call of method that took d, and adds its time: one lock
+// per call on the pod paths.
 func (c *callCounter) observe(method string, d time.Duration) {
 	b := callBucket(d)
 	c.mu.Lock()
+	c.calls[method]++
 	t := c.times[method]
 	if t == nil {
 		t = &callTimes{}
@@ -99,7 +102,6 @@ func (c *callCounter) timesSnapshot() map[string]callTimes {
 func (c *callCounter) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			c.add(method)
 			start := time.Now()
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			c.observe(method, time.Since(start))

@@ -35,4 +35,7 @@ func TestCallCounterObserve(t *testing.T) {
 	if got.Buckets[callBucket(time.Millisecond)] != 1 || got.Buckets[callBucket(3*time.Millisecond)] != 1 {
 		t.Errorf("buckets: the 1 ms and 3 ms calls not where callBucket puts them")
 	}
+	if n := c.snapshot()["/m"]; n != 2 {
+		t.Errorf("calls counted: %d, want 2", n)
+	}
 }
