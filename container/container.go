@@ -78,6 +78,9 @@ type Container struct {
 	restore *checkpointSource
 	// checkpointing is set while a checkpoint of the container runs (checkpoint.go).
 	checkpointing atomic.Bool
+	// startDone is made by beginStart and closed when that StartContainer returns
+	// (endStart): an exit seen while the start runs is recorded only after it.
+	startDone chan struct{}
 	// finishing is set by the first Exits.finish: an exit is told more than once (its
 	// TaskExit, then the TaskDelete of shimd's own delete of the task) and recorded once.
 	finishing atomic.Bool
@@ -161,7 +164,29 @@ func (c *Container) beginStart() (started bool, err error) {
 		return false, fmt.Errorf("container %s is %s, not CREATED: %w", c.ID, c.status.State, errdefs.ErrFailedPrecondition)
 	}
 	c.status.Starting = true
+	c.startDone = make(chan struct{})
 	return false, nil
+}
+
+// endStart tells that the StartContainer beginStart let in has returned.
+func (c *Container) endStart() {
+	c.mu.Lock()
+	if c.startDone != nil {
+		close(c.startDone)
+		c.startDone = nil
+	}
+	c.mu.Unlock()
+}
+
+// startRunning returns a channel closed when the StartContainer in progress
+// returns, or nil when none is.
+func (c *Container) startRunning() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.startDone == nil {
+		return nil
+	}
+	return c.startDone
 }
 
 // setStarting sets the in-memory Starting flag (not persisted).

@@ -97,6 +97,17 @@ func (x *Exits) finish(ctx context.Context, c *Container, status uint32, at time
 		}
 		cio.close()
 	}
+	// A command that ends at once can exit before its StartContainer returns:
+	// containerd's task Start asks the shim for the task's state after starting
+	// it, and fails if the task was deleted meanwhile. So the task is deleted,
+	// and the exit recorded, after the start has returned.
+	if started := c.startRunning(); started != nil {
+		log.G(ctx).Debug("exit told while the start runs: recorded after it")
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
+	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := ctrd.DeleteExitedTask(dctx, x.m.ctrd.TaskService(), c.ID); err != nil {

@@ -47,6 +47,9 @@ type fakeContainerd struct {
 	newContainerErr, newTaskErr, startErr error
 	// kill, if set, answers a task's Kill.
 	kill func(t *fakeTask, sig syscall.Signal) error
+	// afterStart, if set, runs in a task's Start after the process started and
+	// before the task's state is read for the answer (containerd's order).
+	afterStart func(t *fakeTask)
 }
 
 func newFakeContainerd() *fakeContainerd {
@@ -309,10 +312,19 @@ func (ts fakeTasks) Start(_ context.Context, req *tasks.StartRequest, _ ...grpc.
 	if !ok || c.task == nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("task %s: %w", req.ContainerID, errdefs.ErrNotFound))
 	}
-	if err := c.task.Start(context.Background()); err != nil {
+	t := c.task
+	if err := t.Start(context.Background()); err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	return &tasks.StartResponse{Pid: c.task.Pid()}, nil
+	if ts.f.afterStart != nil {
+		ts.f.afterStart(t)
+	}
+	// containerd asks the shim for the started process's state: a task deleted
+	// meanwhile fails the start.
+	if _, err := ts.task(req.ContainerID); err != nil {
+		return nil, err
+	}
+	return &tasks.StartResponse{Pid: t.Pid()}, nil
 }
 
 type fakeTask struct {

@@ -26,6 +26,7 @@ func (s *Manager) Start(ctx context.Context, req *runtimeapi.StartContainerReque
 	if started, err := c.beginStart(); started || err != nil {
 		return &runtimeapi.StartContainerResponse{}, err
 	}
+	defer c.endStart()
 	sb, err := s.opts.Pods.Pod(c.SandboxID)
 	if err == nil && sb.State != pod.Ready {
 		err = fmt.Errorf("sandbox %s is not ready: %w", c.SandboxID, errdefs.ErrFailedPrecondition)

@@ -113,3 +113,42 @@ func openFiles(t *testing.T) []string {
 	}
 	return out
 }
+
+// A command that ends at once: its exit is told while StartContainer still waits
+// for containerd's answer to the task's start (which reads the task's state after
+// starting it). The start succeeds; the exit is recorded after it, and the task is
+// deleted only then.
+func TestStartContainerExitToldDuringStart(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestService(t)
+	resp, err := ts.Create(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: ts.sb.ID, Config: containerConfig("quick"), SandboxConfig: ts.sb.Config})
+	require.NoError(t, err)
+	id := resp.ContainerId
+	c, err := ts.containers.get(id)
+	require.NoError(t, err)
+	deletedEarly := false
+	ts.ctrd.afterStart = func(task *fakeTask) {
+		task.closeFIFOs() // the process ended: its output is complete
+		ts.exits.TaskExit(id, id, 0, time.Now())
+		// Give the exit's recording every chance to delete the task now.
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for time.Now().Before(deadline) && !deletedEarly {
+			ts.ctrd.mu.Lock()
+			deletedEarly = ts.ctrd.containers[id].task == nil
+			ts.ctrd.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	_, err = ts.Start(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+	require.NoError(t, err)
+	require.False(t, deletedEarly, "the task was deleted before its start returned")
+	ts.finishing.Wait()
+	st := c.Status()
+	require.Equal(t, runtimeapi.ContainerState_CONTAINER_EXITED, st.State)
+	require.Equal(t, "Completed", st.Reason)
+	require.Equal(t, int32(0), st.ExitCode)
+	require.NotZero(t, st.StartedAt)
+	require.LessOrEqual(t, st.StartedAt, st.FinishedAt)
+	require.False(t, st.Starting)
+	require.ElementsMatch(t, []string{"snapshot " + id, "container " + id}, ts.ctrd.state(), "the task is deleted after the start")
+}

@@ -165,3 +165,51 @@ func TestStartContainerMissingCommand(t *testing.T) {
 	}
 	stopRemove(t, rs, pod.id)
 }
+
+// A container whose command ends at once starts without error, however its exit
+// and the start race: containerd's task Start asks the shim for the task's state
+// after starting it, so shimd must not delete the exited task before that answer
+// (CI once saw critest's "starting container with log" fail on that).
+func TestStartContainerThatExitsAtOnce(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "quickexit")
+	const n, parallel = 60, 6
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = pod.create(pod.container(fmt.Sprintf("q%d", i), "echo", "hello"))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	sem := make(chan struct{}, parallel)
+	for i, id := range ids {
+		wg.Add(1)
+		go func(i int, id string) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			_, errs[i] = rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+		}(i, id)
+	}
+	wg.Wait()
+	failed := 0
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			t.Errorf("start q%d: %v", i, err)
+		}
+	}
+	for i, id := range ids {
+		st := waitExited(t, rs, id)
+		if errs[i] != nil {
+			continue
+		}
+		require.Equal(t, int32(0), st.ExitCode, "q%d: %s %s", i, st.Reason, st.Message)
+		require.Equal(t, "Completed", st.Reason, "q%d", i)
+		waitLog(t, st.LogPath, " stdout F hello\n")
+	}
+	require.Zero(t, failed, "of %d starts", n)
+	stopRemove(t, rs, pod.id)
+}
