@@ -220,3 +220,49 @@ func TestParseSummaryMissing(t *testing.T) {
 		require.False(t, ok, out)
 	}
 }
+
+// A failed spec's block as critest v1.36.0 prints it (ginkgo v2.28.1's
+// DefaultReporter, -ginkgo.v): the timeline's "[FAILED] in [It]" marks where,
+// the "[FAILED] <message>" after the timeline says what.
+const failedSpec = `• [FAILED] [2.112 seconds]
+[k8s.io] Container runtime should support log [It] runtime should support starting container with log [Conformance]
+/root/go/pkg/mod/sigs.k8s.io/cri-tools@v1.36.0/pkg/validate/container.go:415
+
+  Timeline >>
+  STEP: start container with log @ 11/26/26 21:54:30.101
+  [FAILED] in [It] - /root/go/pkg/mod/sigs.k8s.io/cri-tools@v1.36.0/pkg/validate/container.go:519 @ 11/26/26 21:54:30.190
+  << Timeline
+
+  [FAILED] failed to start container: rpc error: code = NotFound desc = task x: not found
+  Unexpected error:
+      <*status.Error | 0xc000a1b2c0>:
+      rpc error: code = NotFound desc = task x: not found
+  occurred
+  In [It] at: /root/go/pkg/mod/sigs.k8s.io/cri-tools@v1.36.0/pkg/validate/container.go:519 @ 11/26/26 21:54:30.190
+------------------------------
+[TIMEDOUT] A suite timeout occurred
+In [It] at: /root/x.go:1 @ 11/26/26 21:55:00.000
+
+Summarizing 1 Failure:
+  [FAIL] [k8s.io] Container runtime should support log [It] runtime should support starting container with log [Conformance]
+  /root/go/pkg/mod/sigs.k8s.io/cri-tools@v1.36.0/pkg/validate/container.go:519
+
+Ran 107 of 122 Specs in 32.686 seconds
+FAIL! -- 106 Passed | 1 Failed | 0 Pending | 15 Skipped
+`
+
+func TestParseSummaryMessages(t *testing.T) {
+	s, ok := ParseSummary(failedSpec)
+	require.True(t, ok)
+	require.Equal(t, []string{
+		"[FAILED] failed to start container: rpc error: code = NotFound desc = task x: not found\n" +
+			"  Unexpected error:\n" +
+			"  <*status.Error | 0xc000a1b2c0>:\n" +
+			"  rpc error: code = NotFound desc = task x: not found\n" +
+			"  occurred",
+		"[TIMEDOUT] A suite timeout occurred",
+	}, s.Messages)
+	s, ok = ParseSummary(failedRun)
+	require.True(t, ok)
+	require.Empty(t, s.Messages, "a skip's reason or a heading is no failure message")
+}

@@ -81,7 +81,8 @@ func TestCritest(t *testing.T) {
 			t.Logf("run %d: %s", run, sum)
 			lines = append(lines, fmt.Sprintf("run %d: %s", run, sum.Line))
 			if err != nil || sum.Failed > 0 || !sum.Succeeded {
-				t.Errorf("run %d failed (%v): %s\n%s", run, err, sum.Line, strings.Join(sum.Failures, "\n"))
+				t.Errorf("run %d failed (%v): %s\n%s\nfailure messages:\n%s", run, err, sum.Line,
+					strings.Join(sum.Failures, "\n"), strings.Join(sum.Messages, "\n"))
 			}
 			for reason, n := range sum.RuntimeSkips {
 				if !AllowedRuntimeSkip(reason) {

@@ -25,6 +25,11 @@ type Summary struct {
 	// while running ("[SKIPPED] AppArmor is disabled on this host"), as
 	// opposed to those the focus or skip expressions filtered out.
 	RuntimeSkips map[string]int
+	// Messages are the failure messages of the failed specs ("[FAILED] failed to
+	// start container: rpc error: ..." and the lines of its assertion, up to
+	// "In [It] at: ..."), in the order critest printed them: what went wrong,
+	// where Failures only say which spec and where.
+	Messages []string
 }
 
 var (
@@ -33,6 +38,7 @@ var (
 	countsRE  = regexp.MustCompile(`(SUCCESS!|FAIL!)[^\n]*?-- (\d+) Passed \| (\d+) Failed \|(?: (\d+) Flaked \|)?(?: \d+ Repeated \|)? (\d+) Pending \| (\d+) Skipped`)
 	summaryRE = regexp.MustCompile(`^Summarizing (\d+) Failures?:`)
 	skipRE    = regexp.MustCompile(`^\s*\[SKIPPED\] (.+)$`)
+	failedRE  = regexp.MustCompile(`^\s*\[(FAILED|PANICKED!|TIMEDOUT|INTERRUPTED|ABORTED)\] `)
 	failRE    = regexp.MustCompile(`^\s*\[(FAIL|PANICKED!|ABORTED|TIMEDOUT|INTERRUPTED)\] `)
 )
 
@@ -64,7 +70,46 @@ func ParseSummary(out string) (s Summary, ok bool) {
 	s.Line = strings.TrimSpace(out[last[0]:last[1]]) + "; " + strings.TrimSpace(c[0])
 	s.Failures = failures(out[:last[0]])
 	s.RuntimeSkips = runtimeSkips(out)
+	s.Messages = failureMessages(out[:last[0]])
 	return s, true
+}
+
+// maxMessageLines bounds one failure message (an assertion may print a whole
+// object).
+const maxMessageLines = 12
+
+// failureMessages reads ginkgo's failure messages: a line "[FAILED] <message>"
+// (not "[FAILED] in [It] - file:line", the timeline's marker of where, nor the
+// spec's "• [FAILED] [n seconds]" heading) and the lines after it up to
+// "In [It] at: file:line" or a blank line, before the "Summarizing" block.
+func failureMessages(out string) []string {
+	var msgs []string
+	var cur []string
+	in := false
+	flush := func() {
+		if len(cur) > 0 {
+			msgs = append(msgs, strings.Join(cur, "\n"))
+		}
+		cur, in = nil, false
+	}
+	for _, l := range strings.Split(out, "\n") {
+		t := strings.TrimSpace(l)
+		if summaryRE.MatchString(t) {
+			break // the summary's "[FAIL]"/"[TIMEDOUT]" entries name specs
+		}
+		switch {
+		case failedRE.MatchString(l) && !strings.HasPrefix(t[strings.Index(t, "] ")+2:], "in ["):
+			flush()
+			cur, in = []string{t}, true
+		case !in:
+		case t == "" || strings.HasPrefix(t, "In ["):
+			flush()
+		case len(cur) < maxMessageLines:
+			cur = append(cur, "  "+t)
+		}
+	}
+	flush()
+	return msgs
 }
 
 // failures reads the last "Summarizing N Failures:" block: each entry

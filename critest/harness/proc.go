@@ -161,6 +161,27 @@ func (d *daemon) logTail(n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
+// logProblems returns the last n lines of the daemon's log at level warning,
+// error or fatal (logrus' text format, as shimd and containerd write it): a
+// failed call's error is often far from the log's tail when a test fails.
+func (d *daemon) logProblems(n int) string {
+	b, err := os.ReadFile(d.logPath)
+	if err != nil {
+		return ""
+	}
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if bytes.Contains(l, []byte(" level=warning ")) || bytes.Contains(l, []byte(" level=error ")) ||
+			bytes.Contains(l, []byte(" level=fatal ")) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return string(bytes.Join(out, []byte("\n")))
+}
+
 // waitReady polls ready until it succeeds, the process exits, or timeout.
 func (d *daemon) waitReady(timeout time.Duration, ready func() error) error {
 	deadline := time.Now().Add(timeout)
@@ -188,6 +209,9 @@ func (d *daemon) waitReady(timeout time.Duration, ready func() error) error {
 func (d *daemon) logOnFailure(t testing.TB) {
 	t.Cleanup(func() {
 		if t.Failed() {
+			if w := d.logProblems(40); w != "" {
+				t.Logf("harness: last warnings and errors in %s log %s:\n%s", d.name, d.logPath, w)
+			}
 			t.Logf("harness: last lines of %s log %s:\n%s", d.name, d.logPath, d.logTail(60))
 		}
 	})
