@@ -80,6 +80,8 @@ type target struct {
 	// daemons are the pids of the processes that serve this target's CRI calls
 	// (shimd and containerd; containerd alone for its CRI plugin); nil: unknown.
 	daemons []int
+	// debugSocks are the debug sockets of the daemons that have one (burstProbes).
+	debugSocks []debugSock
 }
 
 // pair is one containerd with its own CRI plugin and a shimd on it, sharing the CNI
@@ -147,6 +149,11 @@ func newPairOn(b testing.TB, handler string) *pair {
 	p.shimd.is, p.cd.is = p.shimdIS, p.cdIS
 	p.shimd.daemons = []int{shimd.PID(), env.Containerd.PID()}
 	p.cd.daemons = []int{env.Containerd.PID()}
+	p.cd.debugSocks = []debugSock{{"containerd", env.Containerd.DebugAddress()}}
+	p.shimd.debugSocks = p.cd.debugSocks
+	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
+		p.shimd.debugSocks = append([]debugSock{{"shimd", d}}, p.cd.debugSocks...)
+	}
 	b.Cleanup(func() {
 		for _, tg := range []*target{p.shimd, p.cd} {
 			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)

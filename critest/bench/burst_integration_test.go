@@ -55,6 +55,7 @@ func BenchmarkBurst(b *testing.B) {
 			first = -1 // a warm-up burst, not recorded
 		}
 		debug := os.Getenv("BENCH_SHIMD_DEBUG")
+		probes := burstProbesFromEnv()
 		for round := first; round < burstRounds; round++ {
 			for _, tg := range []*target{p.shimd, p.cd} {
 				timed := debug != "" && tg == p.shimd && round >= 0
@@ -62,17 +63,27 @@ func BenchmarkBurst(b *testing.B) {
 				if timed {
 					before = shimdCallTimes(b, debug)
 				}
+				probe := burstProbes{}
+				if round >= 0 {
+					probe = probes
+				}
+				startPhase, teardownPhase := fmt.Sprintf("start of %d pods, round %d", n, round+1), fmt.Sprintf("teardown of %d pods, round %d", n, round+1)
 				cpu0 := tg.cpuNow(b)
+				endProbe := probe.start(b, tg, startPhase, n)
 				ids := tg.burst(b, round, n)
 				cpu1 := tg.cpuNow(b)
+				startProbes := endProbe()
 				if timed {
 					started = shimdCallTimes(b, debug)
 				}
+				endProbe = burstProbes{syncs: probe.syncs}.start(b, tg, teardownPhase, n)
 				tg.burstTeardown(b, round, ids)
 				cpu2 := tg.cpuNow(b)
+				teardownProbes := endProbe()
 				if round >= 0 {
-					fmt.Print(cpu1.sub(cpu0).line(fmt.Sprintf("%s, burst start of %d pods, round %d", tg.name, n, round+1), n, len(tg.daemons)) +
-						cpu2.sub(cpu1).line(fmt.Sprintf("%s, burst teardown of %d pods, round %d", tg.name, n, round+1), n, len(tg.daemons)))
+					fmt.Print(cpu1.sub(cpu0).line(fmt.Sprintf("%s, burst %s", tg.name, startPhase), n, len(tg.daemons)) +
+						cpu2.sub(cpu1).line(fmt.Sprintf("%s, burst %s", tg.name, teardownPhase), n, len(tg.daemons)) +
+						startProbes + teardownProbes)
 				}
 				if timed {
 					// Printed, not logged: the testing package keeps only the first

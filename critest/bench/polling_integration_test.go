@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -119,8 +118,19 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 	t0 = time.Now()
 	p := &poller{side: s, pods: pods}
 	profiled := s.profileShimd(b, n, window)
+	// shimd's calls to containerd in the window, by method, with latencies.
+	debug := os.Getenv("BENCH_SHIMD_DEBUG")
+	var callsBefore map[string]callTimes
+	if s.own != nil && debug != "" {
+		callsBefore = shimdCallTimes(b, debug)
+	}
 	p.run(window)
 	elapsed := time.Since(t0)
+	if callsBefore != nil {
+		// Printed, not logged (a benchmark's log keeps only its first lines).
+		fmt.Print(callTimesTable(fmt.Sprintf("shimd, polling %d pods for %s (per pod: over the whole window)", n, window),
+			callTimesDiff(callsBefore, shimdCallTimes(b, debug)), n))
+	}
 	<-profiled
 	after, shimsAfter, ownAfter := s.usage(b), shimUsage(b, s.address), s.ownUsage(b)
 
@@ -376,17 +386,7 @@ func (s *costSide) profileShimd(b *testing.B, n int, window time.Duration) <-cha
 	}
 	go func() {
 		defer close(done)
-		resp, err := harness.UnixHTTPClient(sock, 0).Get(fmt.Sprintf("http://shimd/debug/pprof/profile?seconds=%d", int(window.Seconds())))
-		if err != nil {
-			b.Logf("profile shimd: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("shimd-%dpods.pprof", n)), data, 0o644)
-		}
-		if err != nil {
+		if err := cpuProfile(sock, window, filepath.Join(dir, fmt.Sprintf("shimd-%dpods.pprof", n))); err != nil {
 			b.Logf("profile shimd: %v", err)
 		}
 	}()

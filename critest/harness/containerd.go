@@ -160,6 +160,10 @@ func or(s, def string) string {
 // Address is the containerd gRPC socket path (also its CRI socket when WithCRI).
 func (c *Containerd) Address() string { return c.layout.Address }
 
+// DebugAddress is the daemon's debug socket, which serves Go's /debug/pprof/
+// (CPU, heap, goroutine profiles) and /debug/vars.
+func (c *Containerd) DebugAddress() string { return c.layout.Debug }
+
 // Namespace is the default namespace of Client.
 func (c *Containerd) Namespace() string { return c.ns }
 

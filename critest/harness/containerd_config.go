@@ -14,6 +14,7 @@ type containerdLayout struct {
 	State     string
 	Address   string // gRPC socket
 	TTRPC     string
+	Debug     string // debug socket: /debug/pprof/ and /debug/vars
 	ShimSocks string // shim socket directory (2.x only; at most 42 bytes)
 	Opt       string // io.containerd.internal.v1.opt
 	RuncRoot  string // runc --root for the CRI plugin's runc runtime
@@ -26,6 +27,7 @@ func newContainerdLayout(dir string) containerdLayout {
 		State:     filepath.Join(dir, "state"),
 		Address:   filepath.Join(dir, "containerd.sock"),
 		TTRPC:     filepath.Join(dir, "containerd.sock.ttrpc"),
+		Debug:     filepath.Join(dir, "debug.sock"),
 		ShimSocks: filepath.Join(dir, "s"),
 		Opt:       filepath.Join(dir, "opt"),
 		RuncRoot:  filepath.Join(dir, "runc"),
@@ -85,7 +87,7 @@ func containerdConfig(major int, l containerdLayout, logLevel string, cri *criCo
 	w("[ttrpc]")
 	w("  address = %s", q(l.TTRPC))
 	w("[debug]")
-	w("  address = \"\"")
+	w("  address = %s", q(l.Debug))
 	w("  level = %s", q(logLevel))
 	w("[metrics]")
 	w("  address = \"\"")

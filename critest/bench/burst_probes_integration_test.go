@@ -1,0 +1,128 @@
+//go:build integration
+
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// debugSock is a daemon's debug socket (Go's /debug/pprof/).
+type debugSock struct {
+	daemon, path string
+}
+
+// burstProbes are what BenchmarkBurst measures beside the wall and CPU times, when
+// asked: BENCH_SYNCS=1 counts each daemon's fdatasync and fsync calls (one bbolt
+// write transaction commits with an fdatasync) with `perf stat`; BENCH_PROFILE_DIR
+// takes a CPU profile of each daemon with a debug socket over the first
+// BENCH_PROFILE_SECONDS (default 15) of every burst start.
+type burstProbes struct {
+	syncs      bool
+	profileDir string
+	profileFor time.Duration
+}
+
+func burstProbesFromEnv() burstProbes {
+	return burstProbes{
+		syncs:      os.Getenv("BENCH_SYNCS") == "1",
+		profileDir: os.Getenv("BENCH_PROFILE_DIR"),
+		profileFor: time.Duration(envInt("BENCH_PROFILE_SECONDS", 15)) * time.Second,
+	}
+}
+
+// start begins the probes of one phase of tg's burst; the returned function ends
+// them and returns the lines to print.
+func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) func() string {
+	b.Helper()
+	var stops []func() string
+	if p.syncs {
+		names := []string{tg.name + "'s containerd"}
+		if len(tg.daemons) > 1 {
+			names = []string{"shimd", "shimd's containerd"}
+		}
+		for i, pid := range tg.daemons {
+			stops = append(stops, countSyncs(b, fmt.Sprintf("%s, %s: %s", tg.name, phase, names[i]), pid, pods))
+		}
+	}
+	if p.profileDir != "" {
+		var wg sync.WaitGroup
+		for _, s := range tg.debugSocks {
+			name := filepath.Join(p.profileDir, fmt.Sprintf("%s-%s-%s.pprof", tg.name, strings.ReplaceAll(phase, " ", "-"), s.daemon))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := cpuProfile(s.path, p.profileFor, name); err != nil {
+					b.Logf("profile %s: %v", s.daemon, err)
+				}
+			}()
+		}
+		stops = append(stops, func() string {
+			wg.Wait()
+			return ""
+		})
+	}
+	return func() string {
+		var out strings.Builder
+		for _, stop := range stops {
+			out.WriteString(stop())
+		}
+		return out.String()
+	}
+}
+
+// countSyncs runs `perf stat` on pid (its threads, those made later too) until the
+// returned function, which stops perf (by its own pid) and returns the counts.
+func countSyncs(b *testing.B, who string, pid, pods int) func() string {
+	b.Helper()
+	out := filepath.Join(b.TempDir(), "perf.out")
+	cmd := exec.Command("perf", "stat", "-x,", "-o", out, "-e", strings.Join(syncEvents, ","), "-p", strconv.Itoa(pid))
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("BENCH_SYNCS=1 needs perf: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // perf attaches
+	return func() string {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		if err := cmd.Wait(); err != nil {
+			b.Logf("perf stat: %v", err)
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			b.Fatalf("perf stat: %v", err)
+		}
+		c, err := parseSyncCounts(string(raw))
+		if err != nil {
+			b.Fatalf("%v", err)
+		}
+		return c.line(who, pods) + "\n"
+	}
+}
+
+// cpuProfile writes a CPU profile of the daemon behind the debug socket sock, taken
+// over d, to file.
+func cpuProfile(sock string, d time.Duration, file string) error {
+	resp, err := harness.UnixHTTPClient(sock, d+time.Minute).Get(fmt.Sprintf("http://d/debug/pprof/profile?seconds=%d", int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("profile: %s", resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, data, 0o644)
+}
