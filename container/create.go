@@ -86,8 +86,6 @@ func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerReq
 		return nil, invalid("config.stop_signal", "%v", err)
 	}
 	id := newContainerID()
-	s.creating.Store(id, true) // SweepOrphans leaves it alone; after containers.add below
-	defer s.creating.Delete(id)
 	c := &Container{
 		ID: id, statusDir: s.dirs.containerDir(id), Name: name, SandboxID: sb.ID, Config: cfg, ImageID: img.ID,
 		ImageName: imageName, ImageRef: imageRef(img), LogPath: logPath,
@@ -249,7 +247,8 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 			cctx, cancel := s.detachedContext(ctx)
 			defer cancel()
 			if derr := s.ctrd.ContainerService().Delete(cctx, c.ID); derr != nil && !errdefs.IsNotFound(derr) {
-				log.G(ctx).WithError(derr).Warn("undo containerd container")
+				log.G(ctx).WithError(derr).Warn("undo containerd container; will retry")
+				s.removeLater(c)
 			}
 			return err
 		}
@@ -259,7 +258,10 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
 		cctx, cancel := s.detachedContext(ctx)
 		defer cancel()
-		_ = s.deleteContainerd(cctx, c)
+		if derr := s.deleteContainerd(cctx, c); derr != nil {
+			log.G(ctx).WithError(derr).Warn("undo containerd container; will retry")
+			s.removeLater(c)
+		}
 		return fmt.Errorf("write container status: %w", err)
 	}
 	st.done("status")

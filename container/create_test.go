@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/runtime/spec"
 )
 
@@ -124,4 +127,36 @@ func dirEntries(t *testing.T, dir string) []string {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
+}
+
+// A CreateContainer whose undo fails (containerd does not answer the delete of the
+// record it just wrote) leaves the record to the cleanup queue, which deletes it
+// on a retry: nothing is left, without a restart and without a sweep.
+func TestCreateUndoFailureRetried(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestService(t)
+	q := cleanup.New()
+	q.First = 10 * time.Millisecond
+	ts.opts.Cleanups = q
+	// The first container reads the image's users; the second's writable layer is
+	// then prepared after its record is written.
+	_, err := ts.Create(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: ts.sb.ID, Config: containerConfig("first"), SandboxConfig: ts.sb.Config})
+	require.NoError(t, err)
+	before := ts.ctrd.state()
+	ts.ctrd.prepareErr = fmt.Errorf("fake: prepare: %w", errdefs.ErrUnavailable)
+	ts.ctrd.failDeletes = 2 // the undo's delete and the first retry fail
+	_, err = ts.Create(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: ts.sb.ID, Config: containerConfig("second"), SandboxConfig: ts.sb.Config})
+	require.ErrorContains(t, err, "fake: prepare")
+	pending := q.Pending()
+	require.Len(t, pending, 1)
+	require.True(t, strings.HasPrefix(pending[0], "container "), pending)
+	require.Greater(t, len(ts.ctrd.state()), len(before), "the record is left by the failed undo")
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go q.Run(rctx)
+	require.Eventually(t, func() bool { return len(q.Pending()) == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.ElementsMatch(t, before, ts.ctrd.state(), "the retry deleted the record")
+	require.Equal(t, 1, q.Retried())
+	require.Zero(t, ts.ctrd.failDeletes)
 }

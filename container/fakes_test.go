@@ -44,7 +44,9 @@ type fakeContainerd struct {
 	containers map[string]*fakeContainer
 
 	// Errors to inject.
-	newContainerErr, newTaskErr, startErr error
+	newContainerErr, newTaskErr, startErr, prepareErr error
+	// failDeletes is how many container deletes still fail (Unavailable).
+	failDeletes int
 	// kill, if set, answers a task's Kill.
 	kill func(t *fakeTask, sig syscall.Signal) error
 	// afterStart, if set, runs in a task's Start after the process started and
@@ -144,6 +146,9 @@ func (s fakeSnapshotter) Stat(_ context.Context, key string) (snapshots.Info, er
 func (s fakeSnapshotter) Prepare(_ context.Context, key, parent string, _ ...snapshots.Opt) ([]mount.Mount, error) {
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
+	if s.f.prepareErr != nil {
+		return nil, s.f.prepareErr
+	}
 	if !s.f.committed[parent] {
 		return nil, fmt.Errorf("parent %s: %w", parent, errdefs.ErrNotFound)
 	}
@@ -189,6 +194,10 @@ func (c *fakeContainer) Delete(context.Context, ...client.DeleteOpts) error {
 	defer c.f.mu.Unlock()
 	if c.task != nil {
 		return fmt.Errorf("container %s has a task: %w", c.id, errdefs.ErrFailedPrecondition)
+	}
+	if c.f.failDeletes > 0 {
+		c.f.failDeletes--
+		return fmt.Errorf("fake: delete container %s: %w", c.id, errdefs.ErrUnavailable)
 	}
 	delete(c.f.containers, c.id)
 	return nil

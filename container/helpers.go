@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/containerd/containerd/v2/client"
@@ -54,6 +55,27 @@ func (s *Manager) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 	in.UnifiedCgroups = s.opts.Node.UnifiedCgroups
 	in.HugetlbController = s.opts.Node.HugetlbController
 	return nil
+}
+
+// retryCleanup queues fn, a cleanup of the container id that just failed, to run
+// again until it succeeds (Options.Cleanups).
+func (s *Manager) retryCleanup(id string, fn func(context.Context) error) {
+	if s.opts.Cleanups != nil {
+		s.opts.Cleanups.Add("container "+id, fn)
+	}
+}
+
+// removeLater deletes c from containerd with its directories, again and again until
+// it succeeds: the delete just failed (a shim still busy, containerd away).
+func (s *Manager) removeLater(c *Container) {
+	s.retryCleanup(c.ID, func(ctx context.Context) error {
+		if err := s.deleteContainerd(ctx, c); err != nil {
+			return err
+		}
+		os.RemoveAll(s.dirs.containerDir(c.ID))
+		os.RemoveAll(s.dirs.fifoDir(c.ID))
+		return nil
+	})
 }
 
 // deleteContainerd deletes the containerd container and its writable layer; a

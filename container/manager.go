@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/pod"
 )
@@ -73,6 +74,9 @@ type Options struct {
 	// CleanupTimeout bounds the work detached from a request (create, start and
 	// remove of a container). Zero: 2 minutes.
 	CleanupTimeout time.Duration
+	// Cleanups retries the cleanups that failed (package cleanup); nil: none is
+	// retried (it stays until the next restart's recovery).
+	Cleanups *cleanup.Queue
 }
 
 // NodeInfo describes the node, read once at start (see cmd/shimd).
@@ -115,13 +119,9 @@ type Manager struct {
 	nri        *NRIGlue
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	closing    chan struct{}  // closed by Close: ends the waits for lost exits
-	creating   sync.Map       // ids of containers whose CreateContainer is in progress
 	userDBs    userDBCache    // images' /etc/passwd and /etc/group, by chain id
 	ckpt       *Checkpoints
 	treesOK    treeCache // paths of requests found sound in images, by chain id
-	// unknownBefore are the containerd containers the last SweepOrphans found
-	// unknown (only SweepOrphans, one at a time, uses it).
-	unknownBefore map[string]bool
 }
 
 // New makes the container manager; call Recover before serving.

@@ -48,7 +48,8 @@ func (s *Manager) Recover(ctx context.Context) error {
 		if err != nil || sbErr != nil {
 			log.G(ctx).WithField("container", c.ID).Info("removing container whose creation or pod removal was interrupted")
 			if err := s.deleteContainerd(ctx, c); err != nil {
-				log.G(ctx).WithError(err).Warn("remove orphaned container")
+				log.G(ctx).WithError(err).Warn("remove orphaned container; will retry")
+				s.removeLater(c)
 			}
 			os.RemoveAll(s.dirs.containerDir(c.ID))
 			continue
@@ -156,47 +157,4 @@ func (s *Manager) removeOrphanDirs(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// SweepOrphans runs while shimd serves (sweep_interval): it deletes the containerd
-// containers of kind container that shimd does not know, is not creating and whose
-// task does not run, once two sweeps in a row have found them so, with their
-// directories. They are what a failed undo left: a delete that failed during
-// recovery, or the undo of a failed CreateContainer. A container with a running
-// task is never touched: that is a workload, whatever the records say.
-func (s *Manager) SweepOrphans(ctx context.Context) {
-	list, err := s.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", record.LabelKind, record.KindContainer))
-	if err != nil {
-		log.G(ctx).WithError(err).Warn("sweep: list containers")
-		return
-	}
-	seen := map[string]bool{}
-	for _, rec := range list {
-		// creating first: CreateContainer adds to the store before it leaves creating.
-		if _, busy := s.creating.Load(rec.ID); busy {
-			continue
-		}
-		if _, err := s.containers.get(rec.ID); err == nil {
-			continue
-		}
-		seen[rec.ID] = true
-		if !s.unknownBefore[rec.ID] {
-			continue // found again by the next sweep, it goes
-		}
-		c, err := decodeContainerRecord(rec)
-		if err != nil {
-			continue
-		}
-		if ts, err := s.exits.taskState(ctx, c.ID); err != nil || ts.running {
-			continue
-		}
-		log.G(ctx).WithField("container", c.ID).Info("removing a container shimd does not know (its earlier removal failed)")
-		if err := s.deleteContainerd(ctx, c); err != nil {
-			log.G(ctx).WithError(err).WithField("container", c.ID).Warn("remove orphaned container")
-			continue
-		}
-		os.RemoveAll(s.dirs.containerDir(c.ID))
-		os.RemoveAll(s.dirs.fifoDir(c.ID))
-	}
-	s.unknownBefore = seen
 }

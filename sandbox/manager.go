@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/log"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/pod"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	MinOOMScoreAdj int
 	// CleanupTimeout bounds undo and teardown work detached from a request.
 	CleanupTimeout time.Duration
+	// Cleanups retries the cleanups that failed (package cleanup); nil: none is
+	// retried (it stays until the next restart's recovery or reconnection).
+	Cleanups *cleanup.Queue
 }
 
 // Manager runs pod sandboxes. It is safe for concurrent use.
@@ -69,7 +73,7 @@ type Manager struct {
 	// containerd sweeps again (SweepLive).
 	swept atomic.Bool
 	// sweepMu serialises the live sweeps: SweepLive (after a reconnection) and
-	// SweepUnfinishedRuns (also shimd's periodic sweep).
+	// SweepUnfinishedRuns, and the cleanup queue's retries of destroy.
 	sweepMu sync.Mutex
 	// runs are the Run recipes in progress, detached from their callers.
 	runs sync.WaitGroup
@@ -145,10 +149,26 @@ type undoStack []func(ctx context.Context) error
 
 func (u *undoStack) push(f func(ctx context.Context) error) { *u = append(*u, f) }
 
-func (u undoStack) run(ctx context.Context, what string) {
+// run runs the undos in reverse and reports whether one failed.
+func (u undoStack) run(ctx context.Context, what string) (failed bool) {
 	for i := len(u) - 1; i >= 0; i-- {
 		if err := u[i](ctx); err != nil {
 			log.G(ctx).WithError(err).Warnf("undo %s", what)
+			failed = true
 		}
 	}
+	return failed
+}
+
+// destroyLater runs destroy(sb) again and again until it succeeds
+// (Options.Cleanups): an undo of sb's Run just failed, or recovery's.
+func (m *Manager) destroyLater(sb *Sandbox) {
+	if m.opts.Cleanups == nil {
+		return
+	}
+	m.opts.Cleanups.Add("sandbox "+sb.ID, func(ctx context.Context) error {
+		m.sweepMu.Lock() // not beside a live sweep's undo of the same record
+		defer m.sweepMu.Unlock()
+		return m.destroy(ctx, sb)
+	})
 }

@@ -50,7 +50,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if c.Labels[LabelPhase] != PhaseCreated {
 			log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation was interrupted")
 			if err := m.destroy(ctx, sb); err != nil {
-				log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
+				log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox; will retry")
+				m.destroyLater(sb)
 			}
 			delete(known, c.ID)
 			continue
@@ -105,8 +106,8 @@ func (m *Manager) SweepLive(ctx context.Context) {
 
 // SweepUnfinishedRuns undoes the sandboxes whose Run never finished, is not in
 // progress and is not in the store: an undo that failed while containerd was away,
-// or during recovery while the shim was still busy. shimd's periodic sweep
-// (sweep_interval) runs it; it stops no shim that way other than the pause task's own.
+// or during recovery while the shim was still busy. SweepLive runs it after a
+// reconnection; it stops no shim that way other than the pause task's own.
 func (m *Manager) SweepUnfinishedRuns(ctx context.Context) {
 	if !m.swept.Load() {
 		return // recovery has not run yet; it sweeps itself
@@ -132,7 +133,8 @@ func (m *Manager) SweepUnfinishedRuns(ctx context.Context) {
 		m.fs.setPinPaths(sb)
 		log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation never finished")
 		if err := m.destroy(ctx, sb); err != nil {
-			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox")
+			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox; will retry")
+			m.destroyLater(sb)
 		}
 	}
 }

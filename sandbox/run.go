@@ -74,7 +74,9 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		if err != nil {
 			cctx, cancel := m.cleanupContext(ctx)
 			defer cancel()
-			undo.run(cctx, "sandbox "+sb.ID)
+			if undo.run(cctx, "sandbox "+sb.ID) {
+				m.destroyLater(sb)
+			}
 		}
 	}()
 	if sb.Pauseless {

@@ -60,3 +60,24 @@ func TestIsID(t *testing.T) {
 	require.False(t, isID("cni-1234"))
 	require.False(t, isID("ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789"))
 }
+
+// An undo stack runs in reverse, every undo even after one failed, and says
+// whether one failed (Run then leaves the sandbox to the cleanup queue).
+func TestUndoStackRun(t *testing.T) {
+	var order []int
+	var u undoStack
+	for i := 0; i < 3; i++ {
+		u.push(func(context.Context) error {
+			order = append(order, i)
+			if i == 1 {
+				return errors.New("shim busy")
+			}
+			return nil
+		})
+	}
+	require.True(t, u.run(context.Background(), "sandbox x"))
+	require.Equal(t, []int{2, 1, 0}, order)
+	order = nil
+	require.False(t, undoStack{func(context.Context) error { order = append(order, 9); return nil }}.run(context.Background(), "sandbox y"))
+	require.Equal(t, []int{9}, order)
+}

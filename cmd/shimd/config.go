@@ -34,8 +34,9 @@ type Config struct {
 	CgroupDriver string `toml:"cgroup_driver"`
 	// DefaultRuntime names the entry of Runtimes used for an empty runtime handler.
 	DefaultRuntime string `toml:"default_runtime"`
-	// SweepInterval is how often shimd removes what failed cleanups left behind;
-	// zero: never (the default).
+	// SweepInterval is no longer used: shimd retries each cleanup that failed
+	// (package cleanup) instead of sweeping periodically. Accepted, with a
+	// warning, so that a config that sets it still starts.
 	SweepInterval Duration `toml:"sweep_interval"`
 	// EventedPLEGStatus makes PodSandboxStatus carry a timestamp and the statuses of
 	// the pod's containers (the evented PLEG's one-call pod status). Off by default:

@@ -50,6 +50,9 @@ func TestLoadConfig(t *testing.T) {
 		{name: "runsc handler", file: "[runtimes.runsc]\ntype = \"io.containerd.runsc.v1\"\nconfig_path = \"/etc/shimd/runsc.toml\"\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, RuntimeConfig{Type: RunscType, ConfigPath: "/etc/shimd/runsc.toml"}, c.Runtimes["runsc"])
 		}},
+		{name: "sweep_interval, no longer used, still loads", file: "sweep_interval = \"1m\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, Duration(time.Minute), c.SweepInterval)
+		}},
 		{name: "port out of range", file: "[streaming]\nport = 70000\n", wantErr: "config key streaming.port"},
 		{name: "pull progress timeout", file: "[registry]\npull_progress_timeout = \"30s\"\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, Duration(30*time.Second), c.Registry.PullProgressTimeout)

@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/log"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/container"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/network"
@@ -131,7 +132,8 @@ func run(cfg Config) error {
 //     background work is started.
 //  6. background work, started together: the event monitor (package taskevents),
 //     recovery (images, sandboxes, containers, then the sweep of leftover shims and
-//     cgroups; retried until containerd answers) and the cni.conf_dir watch. Until
+//     cgroups; retried until containerd answers), the retries of failed cleanups
+//     (package cleanup) and the cni.conf_dir watch. Until
 //     recovery is done the CRI server answers Unavailable (but Version). After every
 //     (re)subscription the monitor re-reads the sandboxes' and containers' tasks,
 //     and sweeps leftovers once recovery has swept.
@@ -147,6 +149,9 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	// 1.
 	if err := checkCgroupDriverHost(cfg.CgroupDriver); err != nil {
 		return err
+	}
+	if cfg.SweepInterval != 0 {
+		log.G(ctx).Warn("config key sweep_interval is no longer used and is ignored: shimd retries each failed cleanup until it succeeds")
 	}
 	dirs := map[string]string{"root_dir": cfg.RootDir, "state_dir": cfg.StateDir, "cni.cache_dir": cfg.CNI.CacheDir}
 	for _, k := range sortedKeys(dirs) {
@@ -204,21 +209,15 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	var bg sync.WaitGroup
 	defer func() { cancelBg(); bg.Wait() }()
 	bg.Go(func() { w.events.Run(bgCtx) })
-	recovered := make(chan struct{})
 	bg.Go(func() {
 		recoverUntilDone(bgCtx, func(d time.Duration) {
 			startNRI(ctx, w.nri) // plugins synchronize with the recovered pods
 			isReady.Store(true)
-			close(recovered)
 			m.recovery.Set(d.Seconds())
 			ready(d)
 		}, w.images.Recover, w.sandboxes.Recover, w.containers.Recover, w.sandboxes.Sweep)
 	})
-	if cfg.SweepInterval > 0 {
-		bg.Go(func() {
-			sweepEvery(bgCtx, recovered, 10*time.Second, time.Duration(cfg.SweepInterval), w.containers.SweepOrphans, w.sandboxes.SweepUnfinishedRuns)
-		})
-	}
+	bg.Go(func() { w.cleanups.Run(bgCtx) })
 	bg.Go(func() {
 		if err := cni.Watch(bgCtx, 200*time.Millisecond); err != nil {
 			log.G(ctx).WithError(err).Warn("not watching cni.conf_dir; restart shimd to pick up network config changes")
@@ -237,6 +236,8 @@ type wiring struct {
 	nri        *nri.NRI // nil: NRI is off
 	events     *taskevents.Monitor
 	stopCDI    func() // ends the CDI spec dirs' watch
+	// cleanups are the cleanups that failed, retried until they succeed.
+	cleanups *cleanup.Queue
 }
 
 // The runtime service and the container manager reach sandboxes only through their
@@ -275,11 +276,12 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	// Nothing gets a lower oom_score_adj than shimd's own (lowering it needs
 	// CAP_SYS_RESOURCE, which some nodes lack: docs/operating.md).
 	minOOM := sandbox.OwnOOMScoreAdj(os.ReadFile)
+	cleanups := cleanup.New()
 	sandboxes := sandbox.NewManager(sandbox.Options{
 		Client: cl, ContainerdAddress: cfg.Containerd.Address, Namespace: cfg.Containerd.Namespace,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Handlers: handlerSet,
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef, PauseWhenNeeded: cfg.Sandbox.Pause == "when-needed",
-		MinOOMScoreAdj: minOOM,
+		MinOOMScoreAdj: minOOM, Cleanups: cleanups,
 	})
 	cfgJSON, err := cfg.JSON()
 	if err != nil {
@@ -300,6 +302,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Client: cl, Pods: sandboxes, Handlers: handlerSet, Images: images,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM, CDI: cdiRegistry,
 		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
+		Cleanups: cleanups,
 	})
 	collector := stats.New(stats.Options{Client: cl, Containers: containers, Images: images, Handlers: handlerSet})
 	rs := runtime.New(runtime.Options{
@@ -322,7 +325,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Images: []func(){images.ImagesChanged},
 		Live:   []func(bool){images.EventsLive},
 	})
-	w := wiring{sandboxes: sandboxes, containers: containers, runtime: rs, images: images, events: events, stopCDI: stopCDI}
+	w := wiring{sandboxes: sandboxes, containers: containers, runtime: rs, images: images, events: events, stopCDI: stopCDI, cleanups: cleanups}
 	if plugins != nil {
 		containers.SetNRI(plugins)
 		w.nri = plugins

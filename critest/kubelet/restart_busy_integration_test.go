@@ -15,17 +15,17 @@ import (
 	"github.com/shimd/shimd/critest/harness"
 )
 
-// TestKubeletRestartWithSweep is the CI scenario of issue 32, item 1, with shimd's
-// periodic sweep on: in one CI run with the sweep on (then every minute, the first
-// 10 s after recovery), every pod of the kubelet test died about 10 s after shimd's
-// kill -9 and restart. Here the sweep runs every 2 s through the same steps (the
-// four pods, two probe-driven restarts, kill -9 of shimd, a kubelet restart), then
-// for 30 s more while every shim of the node is stopped (SIGSTOP) for 4 s, as on a
-// machine too busy for containerd to get the tasks' states in time: no pod may lose
-// a container or restart one, shimd must list the same sandboxes and containers,
-// and the sweeps must have run (shimd's log).
-func TestKubeletRestartWithSweep(t *testing.T) {
-	s := startE2EShimd(t, nil, "sweep_interval = \"2s\"\n", nil)
+// TestKubeletRestartBusyShims is the CI scenario of issue 32, item 1: in one CI
+// run with shimd's periodic sweep on (since removed: failed cleanups are retried
+// one by one instead, package cleanup), every pod of the kubelet test died about
+// 10 s after shimd's kill -9 and restart. Here the same steps run (the four pods,
+// two probe-driven restarts, kill -9 of shimd, a kubelet restart), then 30 s more
+// after every shim of the node but the probe pod's was stopped (SIGSTOP) for 3 s,
+// as on a machine too busy for containerd to get the tasks' states in time: no pod
+// may lose a container or restart one, and shimd must list the same sandboxes and
+// containers.
+func TestKubeletRestartBusyShims(t *testing.T) {
+	s := startE2EShimd(t, nil, "", nil)
 	if s == nil {
 		return
 	}
@@ -36,11 +36,9 @@ func TestKubeletRestartWithSweep(t *testing.T) {
 	}
 	t.Run("1_pods_run", s.stepShare)
 	t.Run("2_liveness_restart_and_readiness", s.stepProbes)
-	sweepsBefore := sweepsDone(t, s)
 	t.Run("3_kill9_shimd_and_restart_kubelet", s.stepRestart)
-	t.Run("4_sweeps_with_busy_shims", func(t *testing.T) {
+	t.Run("4_busy_shims", func(t *testing.T) {
 		before := s.snapshot(t)
-		since := sweepsDone(t, s)
 		all, err := harness.ShimPIDs(s.env.Containerd.Address())
 		if err != nil || len(all) == 0 {
 			harness.Fatalf(t, "the node's shims: %v, %v", all, err)
@@ -62,27 +60,12 @@ func TestKubeletRestartWithSweep(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 		t.Logf("%d of the %d shims were stopped for 3 s", len(shims), len(all))
-		Consistently(t, 30*time.Second, "pods keep the same containers and restart counts while the sweep runs", func() error {
+		Consistently(t, 30*time.Second, "pods keep the same containers and restart counts", func() error {
 			return s.sameContainers(before)
 		})
 		s.compareCRI(t, before)
-		if n := sweepsDone(t, s) - since; n < 10 {
-			harness.Errorf(t, "%d periodic sweeps in the last 33 s, want at least 10 (one every 2 s)", n)
-		} else {
-			t.Logf("%d periodic sweeps ran in this step, %d since the pods ran", n, sweepsDone(t, s)-sweepsBefore)
-		}
 	})
 	t.Run("5_remove_manifests_teardown", s.stepTeardown)
-}
-
-// sweepsDone counts the periodic sweeps in shimd's log (all its runs).
-func sweepsDone(t *testing.T, s *e2e) int {
-	t.Helper()
-	raw, err := os.ReadFile(s.env.Shimd.LogPath())
-	if err != nil {
-		harness.Fatalf(t, "shimd's log: %v", err)
-	}
-	return strings.Count(string(raw), "periodic sweep done")
 }
 
 // shimID is the -id argument of shim pid: the sandbox id of a pod's shim.

@@ -1,0 +1,177 @@
+// Package cleanup runs again, in the background, the cleanups that failed: the
+// delete of a container that recovery found half-created, the undo of a
+// RunPodSandbox or CreateContainer that failed. Such a cleanup can fail because
+// containerd or a shim is busy (a shim still finishing a task's create or delete
+// that a crash cut short) or away; no RPC will ever ask for that object again, so
+// without a retry it would stay until the next restart of shimd.
+//
+// A retry only ever runs the cleanup that the owner of the object decided; the
+// queue decides nothing from what it finds in containerd. It holds the cleanups in
+// memory: after a restart, recovery decides again from the records.
+package cleanup
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/containerd/log"
+)
+
+// The default backoff: the first retry comes FirstRetry after the failure; each
+// failed retry doubles the wait, up to MaxRetryWait.
+const (
+	FirstRetry   = time.Second
+	MaxRetryWait = time.Minute
+)
+
+// Queue holds failed cleanups by key and runs each again until it succeeds. Its
+// zero value is not usable: call New.
+type Queue struct {
+	// Timeout bounds one attempt.
+	Timeout time.Duration
+	// First and Max are the backoff: the first retry comes First after the
+	// failure, each failed retry doubles the wait, up to Max.
+	First, Max time.Duration
+
+	mu      sync.Mutex
+	pending map[string]*item
+	kick    chan struct{}
+	// retried counts the cleanups that succeeded on a retry.
+	retried int
+}
+
+type item struct {
+	fn       func(context.Context) error
+	next     time.Time
+	wait     time.Duration
+	attempts int
+}
+
+// New makes an empty queue; Run runs it.
+func New() *Queue {
+	return &Queue{Timeout: 2 * time.Minute, First: FirstRetry, Max: MaxRetryWait, pending: map[string]*item{}, kick: make(chan struct{}, 1)}
+}
+
+// Add queues fn, a cleanup that just failed, under key (say "container <id>"); a
+// cleanup already queued under key is replaced. fn must be idempotent: what the
+// failed attempt did do is gone already.
+func (q *Queue) Add(key string, fn func(context.Context) error) {
+	q.mu.Lock()
+	q.pending[key] = &item{fn: fn, next: time.Now().Add(q.First), wait: q.First}
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Pending returns the keys of the queued cleanups, sorted.
+func (q *Queue) Pending() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	keys := make([]string, 0, len(q.pending))
+	for k := range q.pending {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Retried is the number of cleanups that succeeded on a retry.
+func (q *Queue) Retried() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.retried
+}
+
+// Run retries the queued cleanups when they are due, one at a time, until ctx ends.
+func (q *Queue) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		q.runDue(ctx)
+		wait, ok := q.untilNext()
+		if !ok {
+			wait = time.Hour
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// untilNext is the time until the next cleanup is due; false if none is queued.
+func (q *Queue) untilNext() (time.Duration, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var next time.Time
+	for _, it := range q.pending {
+		if next.IsZero() || it.next.Before(next) {
+			next = it.next
+		}
+	}
+	if next.IsZero() {
+		return 0, false
+	}
+	return max(time.Until(next), 0), true
+}
+
+// runDue runs each cleanup that is due once.
+func (q *Queue) runDue(ctx context.Context) {
+	now := time.Now()
+	q.mu.Lock()
+	var due []string
+	for k, it := range q.pending {
+		if !it.next.After(now) {
+			due = append(due, k)
+		}
+	}
+	q.mu.Unlock()
+	sort.Strings(due)
+	for _, key := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		q.mu.Lock()
+		it := q.pending[key]
+		q.mu.Unlock()
+		if it == nil {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, q.Timeout)
+		err := it.fn(actx)
+		cancel()
+		q.mu.Lock()
+		if q.pending[key] != it {
+			// Replaced by an Add meanwhile: the new cleanup keeps its own schedule.
+			q.mu.Unlock()
+			continue
+		}
+		it.attempts++
+		if err == nil {
+			delete(q.pending, key)
+			q.retried++
+			q.mu.Unlock()
+			log.G(ctx).WithField("cleanup", key).WithField("attempts", it.attempts).Info("failed cleanup done on a retry")
+			continue
+		}
+		it.wait = min(2*it.wait, q.Max)
+		it.next = time.Now().Add(it.wait)
+		wait := it.wait
+		q.mu.Unlock()
+		log.G(ctx).WithError(err).WithField("cleanup", key).WithField("attempts", it.attempts).
+			WithField("next_in", wait).Warn("cleanup failed again; will retry")
+	}
+}
