@@ -176,6 +176,7 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	if err != nil {
 		return err
 	}
+	m.watchCleanups(w.cleanups)
 	defer w.stopCDI()
 	defer w.containers.Close()
 	defer w.sandboxes.Close()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/image"
 )
 
@@ -71,6 +72,17 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "shimd"}))
 	return m
+}
+
+// watchCleanups exports the cleanup queue's state.
+func (m *metrics) watchCleanups(q *cleanup.Queue) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "shimd_cleanups_pending", Help: "Cleanups that failed and wait for their next retry.",
+		}, func() float64 { return float64(len(q.Pending())) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shimd_cleanups_retried_total", Help: "Failed cleanups that a retry completed.",
+		}, func() float64 { return float64(q.Retried()) }))
 }
 
 // observeRPC records one answered RPC.

@@ -70,6 +70,9 @@ func TestMetricsDuringPodLifecycle(t *testing.T) {
 	require.Contains(t, before, "go_goroutines")
 	require.Greater(t, before["shimd_process_open_fds"], 0.0)
 	require.Equal(t, 0.0, before["shimd_rpc_in_flight"], "no RPC is in flight between calls")
+	require.Contains(t, before, "shimd_cleanups_pending")
+	require.Equal(t, 0.0, before["shimd_cleanups_pending"], "no cleanup failed")
+	require.Equal(t, 0.0, before["shimd_cleanups_retried_total"])
 
 	pod := newPod(t, rs, "metrics")
 	pull(t, env, busyboxImage)
