@@ -176,7 +176,7 @@ func TestStartContainerThatExitsAtOnce(t *testing.T) {
 	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
 	pod := newPod(t, rs, "quickexit")
-	const n, parallel = 60, 6
+	const n, parallel = 24, 6
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = pod.create(pod.container(fmt.Sprintf("q%d", i), "echo", "hello"))
