@@ -92,11 +92,7 @@ func (q *Queue) Run(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		q.runDue(ctx)
-		wait, ok := q.untilNext()
-		if !ok {
-			wait = time.Hour
-		}
-		timer.Reset(wait)
+		timer.Reset(q.untilNext())
 		select {
 		case <-ctx.Done():
 			return
@@ -112,20 +108,16 @@ func (q *Queue) Run(ctx context.Context) {
 	}
 }
 
-// untilNext is the time until the next cleanup is due; false if none is queued.
-func (q *Queue) untilNext() (time.Duration, bool) {
+// untilNext is the time until the next cleanup is due; an hour if none is queued
+// (an Add wakes Run sooner).
+func (q *Queue) untilNext() time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var next time.Time
+	wait := time.Hour
 	for _, it := range q.pending {
-		if next.IsZero() || it.next.Before(next) {
-			next = it.next
-		}
+		wait = min(wait, time.Until(it.next))
 	}
-	if next.IsZero() {
-		return 0, false
-	}
-	return max(time.Until(next), 0), true
+	return max(wait, 0)
 }
 
 // runDue runs each cleanup that is due once.

@@ -183,9 +183,6 @@ func (c *Container) endStart() {
 func (c *Container) startRunning() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.startDone == nil {
-		return nil
-	}
 	return c.startDone
 }
 

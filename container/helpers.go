@@ -57,18 +57,14 @@ func (s *Manager) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 	return nil
 }
 
-// retryCleanup queues fn, a cleanup of the container id that just failed, to run
-// again until it succeeds (Options.Cleanups).
-func (s *Manager) retryCleanup(id string, fn func(context.Context) error) {
-	if s.opts.Cleanups != nil {
-		s.opts.Cleanups.Add("container "+id, fn)
-	}
-}
-
 // removeLater deletes c from containerd with its directories, again and again until
-// it succeeds: the delete just failed (a shim still busy, containerd away).
+// it succeeds (Options.Cleanups): the delete just failed (a shim still busy,
+// containerd away).
 func (s *Manager) removeLater(c *Container) {
-	s.retryCleanup(c.ID, func(ctx context.Context) error {
+	if s.opts.Cleanups == nil {
+		return
+	}
+	s.opts.Cleanups.Add("container "+c.ID, func(ctx context.Context) error {
 		if err := s.deleteContainerd(ctx, c); err != nil {
 			return err
 		}

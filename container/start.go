@@ -143,7 +143,8 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	return c.Update(func(cs *containerStatus) error {
 		cs.Starting = false
 		cs.Pid = pid
-		// An exit may have been handled already (a command that ends at once).
+		// An exit told during the start is recorded only after it (Exits.finish),
+		// so this is CREATED; checked all the same, an exit must never be undone.
 		if cs.State == runtimeapi.ContainerState_CONTAINER_CREATED {
 			cs.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 			cs.StartedAt = startedAt.UnixNano()

@@ -73,7 +73,7 @@ type Manager struct {
 	// containerd sweeps again (SweepLive).
 	swept atomic.Bool
 	// sweepMu serialises the live sweeps: SweepLive (after a reconnection) and
-	// SweepUnfinishedRuns, and the cleanup queue's retries of destroy.
+	// and the cleanup queue's retries of destroy.
 	sweepMu sync.Mutex
 	// runs are the Run recipes in progress, detached from their callers.
 	runs sync.WaitGroup

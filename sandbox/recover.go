@@ -96,24 +96,19 @@ func (m *Manager) SweepLive(ctx context.Context) {
 	if !m.swept.Load() {
 		return // recovery has not run yet; it sweeps itself
 	}
-	m.SweepUnfinishedRuns(ctx)
 	m.sweepMu.Lock()
 	defer m.sweepMu.Unlock()
+	m.undoUnfinishedRuns(ctx)
 	if err := m.sweep(ctx, true); err != nil {
 		log.G(ctx).WithError(err).Warn("sweep")
 	}
 }
 
-// SweepUnfinishedRuns undoes the sandboxes whose Run never finished, is not in
+// undoUnfinishedRuns undoes the sandboxes whose Run never finished, is not in
 // progress and is not in the store: an undo that failed while containerd was away,
-// or during recovery while the shim was still busy. SweepLive runs it after a
-// reconnection; it stops no shim that way other than the pause task's own.
-func (m *Manager) SweepUnfinishedRuns(ctx context.Context) {
-	if !m.swept.Load() {
-		return // recovery has not run yet; it sweeps itself
-	}
-	m.sweepMu.Lock()
-	defer m.sweepMu.Unlock()
+// or during recovery while the shim was still busy. It stops no shim that way other
+// than the pause task's own. The caller holds sweepMu.
+func (m *Manager) undoUnfinishedRuns(ctx context.Context) {
 	list, err := m.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("sweep: list sandboxes")
