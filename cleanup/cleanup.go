@@ -3,7 +3,10 @@
 // RunPodSandbox or CreateContainer that failed. Such a cleanup can fail because
 // containerd or a shim is busy (a shim still finishing a task's create or delete
 // that a crash cut short) or away; no RPC will ever ask for that object again, so
-// without a retry it would stay until the next restart of shimd.
+// without a retry it would stay until the next restart of shimd. Recovery's reads
+// that got no answer go the same way: the state of a task whose shim did not
+// answer containerd in time is read again until it is known (a pod's pause task,
+// a container's task to adopt).
 //
 // A retry only ever runs the cleanup that the owner of the object decided; the
 // queue decides nothing from what it finds in containerd. It holds the cleanups in
@@ -156,7 +159,7 @@ func (q *Queue) runDue(ctx context.Context) {
 			delete(q.pending, key)
 			q.retried++
 			q.mu.Unlock()
-			log.G(ctx).WithField("cleanup", key).WithField("attempts", it.attempts).Info("failed cleanup done on a retry")
+			log.G(ctx).WithField("cleanup", key).WithField("attempts", it.attempts).Info("done on a retry")
 			continue
 		}
 		it.wait = min(2*it.wait, q.Max)
@@ -164,6 +167,6 @@ func (q *Queue) runDue(ctx context.Context) {
 		wait := it.wait
 		q.mu.Unlock()
 		log.G(ctx).WithError(err).WithField("cleanup", key).WithField("attempts", it.attempts).
-			WithField("next_in", wait).Warn("cleanup failed again; will retry")
+			WithField("next_in", wait).Warn("failed again; will retry")
 	}
 }

@@ -314,6 +314,9 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 			return nil, fmt.Errorf("target container %s is not running: %w", target.ID, errdefs.ErrFailedPrecondition)
 		}
 	}
+	if in.SandboxPID == 0 && !sb.Pauseless && sb.State == pod.Ready {
+		in.SandboxPID = s.opts.Pods.PausePID(ctx, sb.ID)
+	}
 	if in.SandboxPID == 0 && !sb.Pauseless {
 		return nil, fmt.Errorf("sandbox %s has no running pause process: %w", sb.ID, errdefs.ErrFailedPrecondition)
 	}

@@ -45,6 +45,9 @@ type fakeContainerd struct {
 
 	// Errors to inject.
 	newContainerErr, newTaskErr, startErr, prepareErr error
+	// loadTaskErr, if set, answers every load of a task (a shim that does not
+	// answer containerd's state call in time).
+	loadTaskErr error
 	// failDeletes is how many container deletes still fail (Unavailable).
 	failDeletes int
 	// kill, if set, answers a task's Kill.
@@ -180,13 +183,24 @@ type fakeContainer struct {
 
 func (c *fakeContainer) ID() string { return c.id }
 
-func (c *fakeContainer) Task(context.Context, cio.Attach) (client.Task, error) {
+// Task loads the task; with attach, it attaches to the task's FIFOs as the
+// client does.
+func (c *fakeContainer) Task(_ context.Context, attach cio.Attach) (client.Task, error) {
 	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	if c.task == nil {
+	t, err := c.task, c.f.loadTaskErr
+	c.f.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case t == nil:
 		return nil, fmt.Errorf("no running task found: task %s not found: %w", c.id, errdefs.ErrNotFound)
+	case attach != nil:
+		fifos := cio.NewFIFOSet(cio.Config{Stdout: t.stdout, Stderr: t.stderr}, nil)
+		if _, err := attach(fifos); err != nil {
+			return nil, err
+		}
 	}
-	return c.task, nil
+	return t, nil
 }
 
 func (c *fakeContainer) Delete(context.Context, ...client.DeleteOpts) error {
@@ -292,7 +306,7 @@ func (ts fakeTasks) Create(_ context.Context, req *tasks.CreateTaskRequest, _ ..
 	if !ok {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("container %s: %w", req.ContainerID, errdefs.ErrNotFound))
 	}
-	t := &fakeTask{c: c, startErr: ts.f.startErr}
+	t := &fakeTask{c: c, startErr: ts.f.startErr, stdout: req.Stdout, stderr: req.Stderr}
 	for _, p := range []string{req.Stdout, req.Stderr} {
 		if p == "" {
 			continue
@@ -341,6 +355,8 @@ type fakeTask struct {
 	c        *fakeContainer
 	startErr error
 	fifos    []*os.File // the shim's side of stdout and stderr
+	// stdout and stderr are the FIFOs' paths.
+	stdout, stderr string
 }
 
 func (t *fakeTask) closeFIFOs() {
@@ -387,6 +403,13 @@ func (f *fakePods) Pod(id string) (pod.Pod, error) {
 		return *sb, nil
 	}
 	return pod.Pod{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+}
+
+func (f *fakePods) PausePID(_ context.Context, id string) uint32 {
+	if sb, ok := f.sbs[id]; ok {
+		return sb.PID
+	}
+	return 0
 }
 
 func (f *fakePods) Pods() []pod.Pod {

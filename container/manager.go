@@ -29,6 +29,10 @@ type Pods interface {
 	Pod(id string) (pod.Pod, error)
 	// Pods returns the facts of every pod, oldest first.
 	Pods() []pod.Pod
+	// PausePID returns the pid of a READY pod's pause process, read from containerd
+	// now when recovery could not tell it (its shim did not answer in time); 0 when
+	// it is still not known, or none runs.
+	PausePID(ctx context.Context, id string) uint32
 }
 
 // containerdAPI is the part of the containerd client that creating, starting and

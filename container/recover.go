@@ -12,11 +12,15 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"golang.org/x/sync/errgroup"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/record"
 )
+
+// recoverReads is how many tasks recovery adopts at once.
+const recoverReads = 16
 
 // Recover rebuilds the container store after a (re)start of shimd. Sandboxes must
 // have been recovered first.
@@ -37,6 +41,7 @@ func (s *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
+	var toAdopt []*Container
 	for _, rec := range list {
 		c, err := decodeContainerRecord(rec)
 		if err != nil {
@@ -61,9 +66,23 @@ func (s *Manager) Recover(ctx context.Context) error {
 		case runtimeapi.ContainerState_CONTAINER_EXITED:
 			closeOnce(c)
 		case runtimeapi.ContainerState_CONTAINER_RUNNING, runtimeapi.ContainerState_CONTAINER_CREATED:
-			s.adopt(ctx, c)
+			toAdopt = append(toAdopt, c)
 		}
 	}
+	// containerd waits up to 2 s for each task's state from its shim: the tasks are
+	// adopted side by side, so that busy shims cost that once, not per container.
+	var g errgroup.Group
+	g.SetLimit(recoverReads)
+	for _, c := range toAdopt {
+		g.Go(func() error {
+			if err := s.adopt(ctx, c); err != nil {
+				log.G(ctx).WithError(err).WithField("container", c.ID).Warn("task's state unknown: adopted once containerd tells it")
+				s.adoptLater(c)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
 	s.removeOrphanDirs(ctx)
 	s.volumes.sweep(ctx)
 	return nil
@@ -75,23 +94,30 @@ func (s *Manager) Recover(ctx context.Context) error {
 // created but not started is deleted (the container is CREATED again, and the
 // kubelet's retry starts it); one that started makes the container RUNNING (or
 // EXITED), and the retry succeeds.
-func (s *Manager) adopt(ctx context.Context, c *Container) {
+//
+// The error says containerd told nothing of the task (away, or the task's shim did
+// not answer its state call in time): nothing was decided, and adopt may run again.
+func (s *Manager) adopt(ctx context.Context, c *Container) error {
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("container", c.ID))
-	cc, task, err := ctrd.LoadTask(ctx, s.opts.Client, c.ID)
-	if cc != nil && errdefs.IsNotFound(err) {
+	cc, task, err := ctrd.LoadTask(ctx, s.ctrd, c.ID)
+	switch {
+	case cc == nil && errdefs.IsNotFound(err):
+		log.G(ctx).WithError(err).Warn("load task: the container's record is gone")
+		return nil
+	case errdefs.IsNotFound(err):
 		if c.Status().State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			s.exits.finish(ctx, c, 255, time.Now())
 		}
-		return
-	}
-	if err != nil {
-		log.G(ctx).WithError(err).Warn("load task")
-		return
+		return nil
+	case err != nil:
+		return fmt.Errorf("load task: %w", err)
 	}
 	st, err := task.Status(ctx)
 	if err != nil {
-		log.G(ctx).WithError(err).Warn("read task state")
-		return
+		return fmt.Errorf("read task state: %w", err)
+	}
+	if st.Status == client.Unknown {
+		return errors.New("containerd tells the task's state as unknown")
 	}
 	created := c.Status().State == runtimeapi.ContainerState_CONTAINER_CREATED
 	switch {
@@ -101,7 +127,7 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 		}
 		os.RemoveAll(s.dirs.fifoDir(c.ID))
 		log.G(ctx).Info("interrupted start undone: the container is CREATED")
-		return
+		return nil
 	case created:
 		_ = c.Update(func(st *containerStatus) error {
 			st.State, st.Pid, st.StartedAt = runtimeapi.ContainerState_CONTAINER_RUNNING, task.Pid(), time.Now().UnixNano()
@@ -112,7 +138,7 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 	}
 	if st.Status == client.Stopped {
 		s.exits.finish(ctx, c, st.ExitStatus, st.ExitTime)
-		return
+		return nil
 	}
 	if st.Status == client.Paused {
 		// Only a checkpoint pauses a task (the CRI has no pause): shimd died in the
@@ -128,7 +154,11 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 	if c.LogPath != "" {
 		logf, _ = openLog(c.LogPath)
 	}
+	// containerd reads the task's state again first: it attaches nothing when it
+	// cannot tell it.
+	attached := false
 	_, err = cc.Task(ctx, func(fifos *cio.FIFOSet) (cio.IO, error) {
+		attached = true
 		cio, err := attachIO(ctx, fifos, logf)
 		if err != nil {
 			return nil, err
@@ -136,12 +166,42 @@ func (s *Manager) adopt(ctx context.Context, c *Container) {
 		c.setIO(cio)
 		return cio.dio, nil
 	})
-	if err != nil {
-		log.G(ctx).WithError(err).Warn("reattach container IO")
-		if logf != nil {
-			logf.Close()
-		}
+	if (err != nil || !attached) && logf != nil {
+		logf.Close()
 	}
+	switch {
+	case err != nil && !attached && !errdefs.IsNotFound(err):
+		return fmt.Errorf("reattach container IO: %w", err)
+	case err != nil:
+		log.G(ctx).WithError(err).Warn("reattach container IO")
+	case !attached:
+		return errors.New("reattach container IO: containerd tells the task's state as unknown")
+	}
+	return nil
+}
+
+// adoptLater runs adopt(c) again and again (Options.Cleanups) until containerd
+// tells the state of c's task: recovery could not. A container removed, or whose
+// exit was recorded, meanwhile is left as it is.
+func (s *Manager) adoptLater(c *Container) {
+	if s.opts.Cleanups == nil {
+		return
+	}
+	s.opts.Cleanups.Add("adopt container "+c.ID, func(ctx context.Context) error {
+		if cur, err := s.containers.get(c.ID); err != nil || cur != c || c.IO() != nil {
+			return nil
+		}
+		switch c.Status().State {
+		case runtimeapi.ContainerState_CONTAINER_RUNNING, runtimeapi.ContainerState_CONTAINER_CREATED:
+		default:
+			return nil
+		}
+		if err := s.adopt(ctx, c); err != nil {
+			return err
+		}
+		log.G(ctx).WithField("container", c.ID).Info("task's state read after recovery: container adopted")
+		return nil
+	})
 }
 
 // removeOrphanDirs deletes status and FIFO directories of containers that are gone.

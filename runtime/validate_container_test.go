@@ -280,6 +280,8 @@ func (f *fakeSandboxes) Pod(id string) (pod.Pod, error) {
 
 func (f *fakeSandboxes) Pods() []pod.Pod { return nil }
 
+func (f *fakeSandboxes) PausePID(context.Context, string) uint32 { return 0 }
+
 // Every RPC a unified map enters by refuses a bad one with InvalidArgument, the code
 // the server's interceptor sends (errgrpc), before it asks for the pod or makes,
 // records or looks anything up (UpdateContainerResources would be NotFound).

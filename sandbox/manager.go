@@ -133,7 +133,7 @@ func (m *Manager) facts(sb *Sandbox) pod.Pod {
 	return pod.Pod{
 		ID: sb.ID, Name: sb.Name, Config: sb.Config, RuntimeHandler: sb.RuntimeHandler, CreatedAt: sb.CreatedAt,
 		State: sb.State(), NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
-		Pauseless: sb.Pauseless, PID: sb.PID, IPs: sb.IPs, InStore: sb.InStore,
+		Pauseless: sb.Pauseless, PID: sb.PausePID(), IPs: sb.IPs, InStore: sb.InStore,
 		Overhead: overhead, Resources: resources, Files: m.fs.files(sb),
 	}
 }
@@ -158,6 +158,55 @@ func (u undoStack) run(ctx context.Context, what string) (failed bool) {
 		}
 	}
 	return failed
+}
+
+// PausePID returns the pid of a READY pod's pause process. When recovery could not
+// read it (recheckPauseLater has not yet either), it is read now, within ctx: a
+// CreateContainer need not wait for the next retry once the shim answers. 0 when it
+// is still not known, or none runs.
+func (m *Manager) PausePID(ctx context.Context, id string) uint32 {
+	sb, err := m.store.get(id)
+	if err != nil || sb.Pauseless || sb.State() != pod.Ready {
+		return 0
+	}
+	if pid := sb.PausePID(); pid != 0 {
+		return pid
+	}
+	pid, _, err := m.readPause(ctx, sb.ID)
+	if err != nil || pid == 0 {
+		return 0
+	}
+	sb.setPausePID(pid)
+	return pid
+}
+
+// recheckPauseLater reads sb's pause task again and again (Options.Cleanups) until
+// containerd tells its state: recovery could not, and left sb READY without a pid.
+// The pid is taken then, or sb is NOTREADY if the task no longer runs. A sandbox
+// stopped or removed meanwhile is left as it is.
+func (m *Manager) recheckPauseLater(sb *Sandbox) {
+	if m.opts.Cleanups == nil {
+		return
+	}
+	m.opts.Cleanups.Add("pause task of sandbox "+sb.ID, func(ctx context.Context) error {
+		if cur, err := m.store.get(sb.ID); err != nil || cur != sb || sb.State() != pod.Ready || sb.PausePID() != 0 {
+			return nil
+		}
+		pid, running, err := m.readPause(ctx, sb.ID)
+		if err != nil {
+			return err
+		}
+		l := log.G(ctx).WithField("sandbox", sb.ID)
+		switch {
+		case pid != 0:
+			sb.setPausePID(pid)
+			l.WithField("pid", pid).Info("pause task's state read after recovery: it runs")
+		case !running:
+			sb.setState(pod.NotReady)
+			l.Info("pause task's state read after recovery: it no longer runs, NOTREADY")
+		}
+		return nil
+	})
 }
 
 // destroyLater runs destroy(sb) again and again until it succeeds

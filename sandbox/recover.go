@@ -9,10 +9,14 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/log"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/pod"
 )
+
+// recoverReads is how many task states recovery reads from containerd at once.
+const recoverReads = 16
 
 // Recover rebuilds the sandbox store from containerd after a (re)start of shimd.
 //
@@ -26,7 +30,10 @@ import (
 //     "creating" is undone whole, and anything on disk without a container is an
 //     orphan of a Run that died before step 2, and is removed.
 //   - A sandbox whose pause task runs is READY; otherwise NOTREADY. One whose netns is
-//     gone (or that uses the host network and has no task) was stopped.
+//     gone (or that uses the host network and has no task) was stopped. When
+//     containerd cannot tell the pause task's state (its shim did not answer in
+//     time) the sandbox is READY, and the state is read again until it is known
+//     (recheckPauseLater): the pid comes then, or NOTREADY if the task is gone.
 //   - A pause-less pod (pauseless.go) is READY while its running marker and every
 //     pinned namespace (<state>/{netns,ipcns,utsns}/<id>) are there; without the
 //     marker it was stopped. Pins of no known sandbox are orphans and are removed.
@@ -39,6 +46,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	known := map[string]bool{}
 	recovered := map[string]*Sandbox{}
+	var withPause []*Sandbox
 	for _, c := range list {
 		known[c.ID] = true
 		sb, err := decodeRecord(c)
@@ -62,8 +70,31 @@ func (m *Manager) Recover(ctx context.Context) error {
 			recovered[sb.ID] = sb
 			continue
 		}
-		if pid, _ := m.pauseState(ctx, sb.ID); pid != 0 {
-			sb.state, sb.PID = pod.Ready, pid
+		withPause = append(withPause, sb)
+	}
+	// containerd waits up to 2 s for each task's state from its shim: the pause
+	// tasks are read side by side, so that busy shims cost that once, not per pod.
+	pids := make([]uint32, len(withPause))
+	errs := make([]error, len(withPause))
+	var g errgroup.Group
+	g.SetLimit(recoverReads)
+	for i, sb := range withPause {
+		g.Go(func() error {
+			pids[i], _, errs[i] = m.readPause(ctx, sb.ID)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for i, sb := range withPause {
+		switch {
+		case errs[i] != nil:
+			// The task is there but its state is not known (a shim too busy to
+			// answer): NOTREADY on that guess would make the kubelet kill the pod.
+			log.G(ctx).WithError(errs[i]).WithField("sandbox", sb.ID).Warn("pause task's state unknown: READY until containerd tells it")
+			sb.state = pod.Ready
+			m.recheckPauseLater(sb)
+		case pids[i] != 0:
+			sb.state, sb.pid = pod.Ready, pids[i]
 		}
 		if sb.NetNSPath != "" {
 			if _, err := os.Stat(sb.NetNSPath); err != nil {

@@ -142,7 +142,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 	if err := errors.Join(taskErr, netErr); err != nil {
 		return nil, err
 	}
-	sb.PID = pid
+	sb.setPausePID(pid)
 
 	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
 		return nil, fmt.Errorf("record sandbox: %w", err)

@@ -33,9 +33,6 @@ type Sandbox struct {
 	// NetNSPath is empty for host-network pods.
 	NetNSPath string
 	IPs       []string
-	// PID is the pause process's pid (0 when it is not running): containers join the
-	// pod's namespaces through /proc/<PID>/ns.
-	PID uint32
 	// InStore: the pod is recorded in containerd's sandbox store (sandbox_store.go),
 	// so its containers are created WithSandbox(ID) and run in its shim.
 	InStore bool
@@ -49,8 +46,11 @@ type Sandbox struct {
 	opMu sync.Mutex
 	// mu guards the fields below; it is never held across I/O, so status reads and
 	// the exit handler never wait for a teardown.
-	mu      sync.Mutex
-	state   pod.State
+	mu    sync.Mutex
+	state pod.State
+	// pid is the pause process's pid (0 when it is not running, or not known yet):
+	// containers join the pod's namespaces through /proc/<pid>/ns.
+	pid     uint32
 	stopped bool // Stop has torn the network down
 	// overhead and resources: the last UpdatePodSandboxResources.
 	overhead, resources *runtimeapi.LinuxContainerResources
@@ -75,6 +75,20 @@ func (s *Sandbox) State() pod.State {
 		return pod.NotReady
 	}
 	return st
+}
+
+// PausePID is the pause process's pid: 0 when it does not run, or while recovery
+// could not read it yet (recheckPause).
+func (s *Sandbox) PausePID() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pid
+}
+
+func (s *Sandbox) setPausePID(pid uint32) {
+	s.mu.Lock()
+	s.pid = pid
+	s.mu.Unlock()
 }
 
 func (s *Sandbox) setState(st pod.State) {

@@ -20,6 +20,7 @@ import (
 	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/shimd/shimd/ctrd"
 )
@@ -152,7 +153,8 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 			groups[shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, sb)] = sb
 		}
 	}
-	n := 0
+	var suspects []shimProc
+	var taskIDs [][]string
 	for _, s := range shims {
 		group, grouped := shimGroup(s.pid, groups)
 		if grouped {
@@ -168,12 +170,30 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 		if live && (recorded[s.id] || grouped && recorded[group]) && !bundleGone(s.pid) {
 			continue
 		}
+		suspects = append(suspects, s)
+		taskIDs = append(taskIDs, shimTaskIDs(s, group, grouped, sandboxOf))
+	}
+	// containerd's task list leaves out a task whose shim does not answer its
+	// state call within 2 s (a busy machine): it is no proof. Each task a suspect
+	// could serve is asked for by id, and only a NotFound for every one counts; the
+	// suspects are asked side by side, so that busy shims cost those 2 s once.
+	kept := make([]string, len(suspects))
+	var g errgroup.Group
+	g.SetLimit(recoverReads)
+	for i := range suspects {
+		g.Go(func() error {
+			if id, ok := m.anyTaskOf(ctx, taskIDs[i]); ok {
+				kept[i] = id
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	n := 0
+	for i, s := range suspects {
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
-		// containerd's task list leaves out a task whose shim does not answer its
-		// state call within 2 s (a busy machine): it is no proof. Each task the shim
-		// could serve is asked for by id, and only a NotFound for every one counts.
-		if id, ok := m.anyTaskOf(ctx, shimTaskIDs(s, group, grouped, sandboxOf)); ok {
-			log.G(ctx).WithField("task", id).Debug("shim kept: containerd's task list left out a task it serves, or could not say")
+		if kept[i] != "" {
+			log.G(ctx).WithField("task", kept[i]).Debug("shim kept: containerd's task list left out a task it serves, or could not say")
 			continue
 		}
 		if err := m.stopShim(ctx, s); err != nil {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -38,22 +39,43 @@ func (m *Manager) Resync(ctx context.Context) {
 }
 
 // pauseState reads the sandbox's pause task: its pid while it runs, and whether it
-// may still be running. Errors other than not-found (containerd unreachable) count as
+// may still be running. When containerd cannot tell (readPause's error) it counts as
 // running with an unknown pid: no state is changed on a guess.
 func (m *Manager) pauseState(ctx context.Context, id string) (pid uint32, running bool) {
-	_, task, err := ctrd.LoadTask(ctx, m.opts.Client, id)
+	pid, running, err := m.readPause(ctx, id)
 	if err != nil {
-		return 0, !errdefs.IsNotFound(err)
+		return 0, true
+	}
+	return pid, running
+}
+
+// readPause reads the sandbox's pause task: its pid while it runs, and whether it
+// runs or may (created, pausing, paused). The error says containerd told nothing of
+// the task: containerd away, or the task's shim did not answer containerd's state
+// call in time (2 s: containerd then answers DeadlineExceeded, or a state of
+// "unknown"). A task containerd does not have is not running, not an error.
+func (m *Manager) readPause(ctx context.Context, id string) (pid uint32, running bool, err error) {
+	_, task, err := ctrd.LoadTask(ctx, m.opts.Client, id)
+	if errdefs.IsNotFound(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
 	}
 	st, err := task.Status(ctx)
+	if errdefs.IsNotFound(err) {
+		return 0, false, nil
+	}
 	if err != nil {
-		return 0, !errdefs.IsNotFound(err)
+		return 0, false, err
 	}
 	switch st.Status {
 	case client.Running:
-		return task.Pid(), true
+		return task.Pid(), true, nil
 	case client.Created, client.Pausing, client.Paused:
-		return 0, true
+		return 0, true, nil
+	case client.Stopped:
+		return 0, false, nil
 	}
-	return 0, false
+	return 0, false, fmt.Errorf("pause task %s: containerd tells its state as %q", id, st.Status)
 }

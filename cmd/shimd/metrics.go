@@ -78,10 +78,10 @@ func newMetrics() *metrics {
 func (m *metrics) watchCleanups(q *cleanup.Queue) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "shimd_cleanups_pending", Help: "Cleanups that failed and wait for their next retry.",
+			Name: "shimd_cleanups_pending", Help: "Cleanups that failed, and task states recovery could not read, waiting for their next retry.",
 		}, func() float64 { return float64(len(q.Pending())) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "shimd_cleanups_retried_total", Help: "Failed cleanups that a retry completed.",
+			Name: "shimd_cleanups_retried_total", Help: "Failed cleanups and unread task states that a retry completed.",
 		}, func() float64 { return float64(q.Retried()) }))
 }
 

@@ -255,6 +255,22 @@ func Consistently(t testing.TB, d time.Duration, what string, f func() error) {
 
 var tickRE = regexp.MustCompile(`(?m)^tick (\d+)$`)
 
+// waitTicksAfter waits until the logger's log has ticks past tickBefore+2: its
+// output reaches its log again after a restart of shimd.
+func (s *e2e) waitTicksAfter(t *testing.T, tickBefore int) {
+	t.Helper()
+	Eventually(t, 30*time.Second, "logger's output reaches its log after shimd's restart", func() error {
+		n, err := lastTick(s.k, "logger")
+		if err != nil {
+			return err
+		}
+		if n <= tickBefore+2 {
+			return fmt.Errorf("last tick %d, before the restart %d", n, tickBefore)
+		}
+		return nil
+	})
+}
+
 // lastTick is the number of the logger's newest "tick N" in /containerLogs.
 func lastTick(k *Kubelet, pod string) (int, error) {
 	out, err := k.ContainerLogs(pod, "logger", LogOptions{TailLines: 3})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/critest/harness"
 )
@@ -39,19 +40,8 @@ func TestKubeletRestartBusyShims(t *testing.T) {
 	t.Run("3_kill9_shimd_and_restart_kubelet", s.stepRestart)
 	t.Run("4_busy_shims", func(t *testing.T) {
 		before := s.snapshot(t)
-		all, err := harness.ShimPIDs(s.env.Containerd.Address())
-		if err != nil || len(all) == 0 {
-			harness.Fatalf(t, "the node's shims: %v, %v", all, err)
-		}
-		// Not the probe pod's: its exec liveness probe (timeout 5 s, threshold 1)
-		// would fail through a stopped shim on any runtime.
-		probeSandbox := s.sandbox(t, "probe").Id
-		var shims []int
-		for _, pid := range all {
-			if shimID(pid) != probeSandbox {
-				shims = append(shims, pid)
-			}
-		}
+		all, _ := harness.ShimPIDs(s.env.Containerd.Address())
+		shims := s.shimsBut(t, "probe")
 		for _, pid := range shims {
 			_ = syscall.Kill(pid, syscall.SIGSTOP)
 		}
@@ -65,7 +55,63 @@ func TestKubeletRestartBusyShims(t *testing.T) {
 		})
 		s.compareCRI(t, before)
 	})
-	t.Run("5_remove_manifests_teardown", s.stepTeardown)
+	t.Run("5_kill9_shimd_while_shims_busy", s.stepRestartBusyShims)
+	t.Run("6_remove_manifests_teardown", s.stepTeardown)
+}
+
+// stepRestartBusyShims kills shimd with -9 and starts it again while the shims
+// (all but the probe pod's) are stopped, so that containerd can tell none of their
+// tasks' states during shimd's recovery (it waits 2 s per task, then answers
+// DeadlineExceeded); they go on once shimd serves. A recovery that took "no
+// answer" for "not running" left such pods NOTREADY, and the kubelet killed and
+// recreated every one of them. No pod may lose or restart a container, and the
+// logger's output must reach its log again.
+func (s *e2e) stepRestartBusyShims(t *testing.T) {
+	before := s.snapshot(t)
+	tickBefore, _ := lastTick(s.k, "logger")
+	shims := s.shimsBut(t, "probe")
+	cont := func() {
+		for _, pid := range shims {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont)
+	s.env.Shimd.Kill9()
+	for _, pid := range shims {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	start := time.Now()
+	s.env.Shimd.StartUnrecovered(t) // its recovery waits 2 s for each busy shim's answers
+	Eventually(t, 2*time.Minute, "shimd recovered (ListPodSandbox answers)", func() error {
+		_, err := s.rt.ListPodSandbox(ctxT(t, 10*time.Second), &runtimeapi.ListPodSandboxRequest{})
+		return err
+	})
+	cont()
+	t.Logf("%d shims stopped across shimd's kill -9 and recovery (recovered %s after its start)", len(shims), time.Since(start).Round(time.Millisecond))
+	s.compareCRI(t, before)
+	Consistently(t, 30*time.Second, "pods keep the same containers and restart counts", func() error {
+		return s.sameContainers(before)
+	})
+	s.waitTicksAfter(t, tickBefore)
+	s.compareCRI(t, before)
+}
+
+// shimsBut returns the pids of the node's shims but the one of pod skip: an exec
+// liveness probe (timeout 5 s, threshold 1) would fail through a stopped shim on
+// any runtime.
+func (s *e2e) shimsBut(t *testing.T, skip string) []int {
+	all, err := harness.ShimPIDs(s.env.Containerd.Address())
+	if err != nil || len(all) == 0 {
+		harness.Fatalf(t, "the node's shims: %v, %v", all, err)
+	}
+	skipSandbox := s.sandbox(t, skip).Id
+	var shims []int
+	for _, pid := range all {
+		if shimID(pid) != skipSandbox {
+			shims = append(shims, pid)
+		}
+	}
+	return shims
 }
 
 // shimID is the -id argument of shim pid: the sandbox id of a pod's shim.

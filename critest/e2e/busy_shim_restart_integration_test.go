@@ -1,0 +1,78 @@
+//go:build integration
+
+package e2e
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// A restart of shimd while the pods' shims do not answer (a node too busy, a shim
+// stuck for a while): containerd gives up on a task's state after 2 s and answers
+// DeadlineExceeded, which says nothing of whether the task runs. Recovery must not
+// take that for "not running": the pod stays READY (else the kubelet kills and
+// recreates it), the running container's output is reattached to its log once the
+// shim answers, and the pod takes new containers (which need its pause pid). Here
+// every shim is stopped (SIGSTOP) across the whole of shimd's kill -9, restart and
+// recovery, and let go on only after shimd serves.
+func TestKill9ShimdWhileShimsBusy(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "busy-shims")
+	running := pod.run(pod.container("ticker", "sh", "-c", "i=0; while true; do i=$((i+1)); echo tick$i; sleep 0.1; done"))
+	exited := pod.run(pod.container("quitter", "sh", "-c", "exit 4"))
+	waitExited(t, rs, exited)
+	before := containerStatus(t, rs, running)
+	waitLog(t, before.LogPath, "tick3\n")
+	podBefore := podStatus(t, rs, pod.id)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, podBefore.State)
+
+	shims, err := harness.ShimPIDs(env.Containerd.Address())
+	require.NoError(t, err)
+	require.NotEmpty(t, shims)
+	cont := func() {
+		for _, pid := range shims {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont)
+	env.Shimd.Kill9()
+	for _, pid := range shims {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	}
+	stopped := time.Now()
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+	t.Logf("%d shims stopped; shimd recovered %s after the stop", len(shims), time.Since(stopped).Round(time.Millisecond))
+	cont()
+
+	// The pod is READY and keeps its pause pid: a new container starts in it.
+	st := podStatus(t, rs, pod.id)
+	require.Equal(t, runtimeapi.PodSandboxState_SANDBOX_READY, st.State, "the pod after a recovery that could not read its pause task's state")
+	requireSurvivedRestart(t, rs, running, exited, before)
+	// Its output reaches the log again.
+	data, _ := os.ReadFile(before.LogPath)
+	n := strings.Count(string(data), "tick")
+	waitLog(t, before.LogPath, "tick"+strconv.Itoa(n+10)+"\n")
+	late := pod.run(pod.container("late", "sh", "-c", "echo late-started; sleep 3600"))
+	waitLog(t, containerStatus(t, rs, late).LogPath, "late-started\n")
+	stopRemove(t, rs, pod.id)
+	// The states were unknown during recovery, and read after it.
+	log, err := os.ReadFile(env.Shimd.LogPath())
+	require.NoError(t, err)
+	for _, line := range []string{"pause task's state unknown", "task's state unknown: adopted once containerd tells it", "container adopted"} {
+		require.Contains(t, string(log), line, "shimd's log")
+	}
+}
