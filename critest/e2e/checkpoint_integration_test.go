@@ -258,13 +258,14 @@ func TestCheckpointRestoreRefusals(t *testing.T) {
 	env.CheckNoLeaks(t)
 }
 
-// hogContainer runs, in a new pod of a new environment, a container holding 256 MiB
+// hogContainer runs, in a new pod of a new environment, a container holding mib MiB
 // of touched memory that prints "tick" ten times a second, once it is "ready".
-func hogContainer(t *testing.T, podName string) (*harness.Env, runtimeapi.RuntimeServiceClient, *podFixture, string, string) {
+func hogContainer(t *testing.T, podName string, mib int) (*harness.Env, runtimeapi.RuntimeServiceClient, *podFixture, string, string) {
 	t.Helper()
 	env, rs := checkpointEnv(t)
 	p := newPod(t, rs, podName)
-	id := p.run(p.container("hog", "awk", `BEGIN { s = sprintf("%268435456s", ""); print "ready"; fflush(); while (1) { print "tick"; fflush(); system("sleep 0.1") } }`))
+	prog := fmt.Sprintf(`BEGIN { s = sprintf("%%%ds", ""); print "ready"; fflush(); while (1) { print "tick"; fflush(); system("sleep 0.1") } }`, mib<<20)
+	id := p.run(p.container("hog", "awk", prog))
 	logPath := filepath.Join(p.logDir, "hog.log")
 	waitLog(t, logPath, "ready")
 	return env, rs, p, id, logPath
@@ -275,8 +276,10 @@ func hogContainer(t *testing.T, podName string) (*harness.Env, runtimeapi.Runtim
 // second checkpoint waits its turn (FailedPrecondition while the first dumps) and
 // then succeeds.
 func TestCheckpointTimeout(t *testing.T) {
-	// 256 MiB of touched memory: its dump takes longer than the 1 s timeout.
-	env, rs, p, id, _ := hogContainer(t, "cp-timeout")
+	// 1 GiB of touched memory: its dump takes longer than the 1 s timeout. (A CI
+	// run once dumped 256 MiB in 802 ms, within the timeout: the checkpoint
+	// succeeded, and the test failed on its premise.)
+	env, rs, p, id, _ := hogContainer(t, "cp-timeout", 1024)
 	dir := t.TempDir()
 	location := filepath.Join(dir, "hog.tar")
 	start := time.Now()
@@ -300,7 +303,7 @@ func TestCheckpointTimeout(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	require.NoError(t, err)
-	t.Logf("second checkpoint of 256 MiB: %s", second.Round(time.Millisecond))
+	t.Logf("second checkpoint of 1 GiB: %s", second.Round(time.Millisecond))
 	left, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, left, 1, "files beside the archive: %v", left)
@@ -444,7 +447,7 @@ func TestCheckpointRestorePod(t *testing.T) {
 // dumped): after the restart the container runs, not paused, and its checkpoint
 // leaves nothing behind.
 func TestKill9DuringCheckpointResumesTheTask(t *testing.T) {
-	env, rs, p, id, logPath := hogContainer(t, "cp-kill9")
+	env, rs, p, id, logPath := hogContainer(t, "cp-kill9", 256)
 	dir := t.TempDir()
 	errc := inBackground(func(ctx context.Context) error {
 		_, err := rs.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: filepath.Join(dir, "hog.tar")})
