@@ -29,6 +29,13 @@ const (
 	MaxRetryWait = time.Minute
 )
 
+// RecoveryAttempt bounds one cleanup that recovery runs before shimd serves (the
+// undo of a Run or a create that a crash cut short). containerd bounds no call to a
+// shim but its state reads: a delete or kill through a shim that does not answer
+// waits for as long as it is stuck, and shimd would not serve meanwhile. A cleanup
+// that takes longer fails, and the queue runs it again.
+const RecoveryAttempt = 10 * time.Second
+
 // Queue holds failed cleanups by key and runs each again until it succeeds. Its
 // zero value is not usable: call New.
 type Queue struct {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/record"
 )
@@ -52,7 +53,10 @@ func (s *Manager) Recover(ctx context.Context) error {
 		_, sbErr := s.opts.Pods.Pod(c.SandboxID)
 		if err != nil || sbErr != nil {
 			log.G(ctx).WithField("container", c.ID).Info("removing container whose creation or pod removal was interrupted")
-			if err := s.deleteContainerd(ctx, c); err != nil {
+			dctx, cancel := context.WithTimeout(ctx, cleanup.RecoveryAttempt)
+			err := s.deleteContainerd(dctx, c)
+			cancel()
+			if err != nil {
 				log.G(ctx).WithError(err).Warn("remove orphaned container; will retry")
 				s.removeLater(c)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/pod"
 )
@@ -57,7 +58,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.fs.setPinPaths(sb)
 		if c.Labels[LabelPhase] != PhaseCreated {
 			log.G(ctx).WithField("sandbox", c.ID).Info("undoing sandbox whose creation was interrupted")
-			if err := m.destroy(ctx, sb); err != nil {
+			dctx, cancel := context.WithTimeout(ctx, cleanup.RecoveryAttempt)
+			err := m.destroy(dctx, sb)
+			cancel()
+			if err != nil {
 				log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("undo interrupted sandbox; will retry")
 				m.destroyLater(sb)
 			}
