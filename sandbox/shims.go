@@ -114,18 +114,20 @@ func shimFlags(args []string) map[string]string {
 }
 
 // ReapOrphanShims stops the shims that serve no task containerd knows: a shim is kept
-// if its id is a task's, or the sandbox of a task's container (a pod's shim). Before
-// shimd serves (live false) any other shim is a leftover of a crash. While it serves
-// (live), a shim whose container record exists may be one a create in progress just
-// started, and is kept too. Returns how many it stopped.
+// if containerd has a task it could serve (its own id, its pod's, or one of its pod's
+// recorded containers'). Before shimd serves (live false) any other shim is a
+// leftover of a crash. While it serves (live), a shim whose container record exists
+// may be one a create in progress just started, and is kept too. Returns how many it
+// stopped.
+//
+// Each shim's tasks are asked for by id, side by side, not read from containerd's
+// task list: that list leaves out a task whose shim does not answer its state call
+// within 2 s (a busy machine), so it is no proof, and containerd reads the states
+// for it one task after another, 2 s for each task of a shim that does not answer.
 func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
 	if err != nil || len(shims) == 0 {
 		return 0, err
-	}
-	tasks, err := m.opts.Client.TaskService().List(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("list tasks: %w", err)
 	}
 	ctrs, err := m.opts.Client.ContainerService().List(ctx)
 	if err != nil {
@@ -134,10 +136,6 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	sandboxOf, recorded := map[string]string{}, map[string]bool{}
 	for _, c := range ctrs {
 		sandboxOf[c.ID], recorded[c.ID] = c.Labels[LabelSandbox], true
-	}
-	running := map[string]bool{} // ids with a task, and the pods of those
-	for _, t := range tasks.Tasks {
-		running[t.ID], running[sandboxOf[t.ID]] = true, true
 	}
 	// A pause-less pod's containers share a shim started with the -id of whichever
 	// container came first, listening on the socket of the pod's id (runc's shim
@@ -160,9 +158,6 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 		if grouped {
 			s.socketID = group
 		}
-		if running[s.id] || grouped && running[group] {
-			continue
-		}
 		// While shimd serves, a shim of a recorded container or pod is work in
 		// progress and left alone, unless containerd renamed its bundle to ".<id>" or
 		// deleted it: a kill of containerd in the middle of a task's delete left it,
@@ -173,10 +168,8 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 		suspects = append(suspects, s)
 		taskIDs = append(taskIDs, shimTaskIDs(s, group, grouped, sandboxOf))
 	}
-	// containerd's task list leaves out a task whose shim does not answer its
-	// state call within 2 s (a busy machine): it is no proof. Each task a suspect
-	// could serve is asked for by id, and only a NotFound for every one counts; the
-	// suspects are asked side by side, so that busy shims cost those 2 s once.
+	// Only a NotFound for every task a suspect could serve counts; the suspects are
+	// asked side by side, so that busy shims cost those 2 s once.
 	kept := make([]string, len(suspects))
 	var g errgroup.Group
 	g.SetLimit(recoverReads)
@@ -193,7 +186,7 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	for i, s := range suspects {
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
 		if kept[i] != "" {
-			log.G(ctx).WithField("task", kept[i]).Debug("shim kept: containerd's task list left out a task it serves, or could not say")
+			log.G(ctx).WithField("task", kept[i]).Debug("shim kept: containerd has a task it serves, or could not say")
 			continue
 		}
 		if err := m.stopShim(ctx, s); err != nil {
