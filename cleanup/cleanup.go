@@ -36,6 +36,10 @@ const (
 // that takes longer fails, and the queue runs it again.
 const RecoveryAttempt = 10 * time.Second
 
+// RecoveryReads is how many task states recovery reads from containerd at once:
+// containerd waits up to 2 s for each from its shim, so busy shims cost that once.
+const RecoveryReads = 16
+
 // Queue holds failed cleanups by key and runs each again until it succeeds. Its
 // zero value is not usable: call New.
 type Queue struct {

@@ -20,9 +20,6 @@ import (
 	"github.com/shimd/shimd/record"
 )
 
-// recoverReads is how many tasks recovery adopts at once.
-const recoverReads = 16
-
 // Recover rebuilds the container store after a (re)start of shimd. Sandboxes must
 // have been recovered first.
 //
@@ -76,7 +73,7 @@ func (s *Manager) Recover(ctx context.Context) error {
 	// containerd waits up to 2 s for each task's state from its shim: the tasks are
 	// adopted side by side, so that busy shims cost that once, not per container.
 	var g errgroup.Group
-	g.SetLimit(recoverReads)
+	g.SetLimit(cleanup.RecoveryReads)
 	for _, c := range toAdopt {
 		g.Go(func() error {
 			if err := s.adopt(ctx, c); err != nil {

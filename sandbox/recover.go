@@ -16,9 +16,6 @@ import (
 	"github.com/shimd/shimd/pod"
 )
 
-// recoverReads is how many task states recovery reads from containerd at once.
-const recoverReads = 16
-
 // Recover rebuilds the sandbox store from containerd after a (re)start of shimd.
 //
 // Assumptions:
@@ -81,7 +78,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	pids := make([]uint32, len(withPause))
 	errs := make([]error, len(withPause))
 	var g errgroup.Group
-	g.SetLimit(recoverReads)
+	g.SetLimit(cleanup.RecoveryReads)
 	for i, sb := range withPause {
 		g.Go(func() error {
 			pids[i], _, errs[i] = m.readPause(ctx, sb.ID)

@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/ttrpc"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/ctrd"
 )
 
@@ -172,7 +173,7 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	// asked side by side, so that busy shims cost those 2 s once.
 	kept := make([]string, len(suspects))
 	var g errgroup.Group
-	g.SetLimit(recoverReads)
+	g.SetLimit(cleanup.RecoveryReads)
 	for i := range suspects {
 		g.Go(func() error {
 			if id, ok := m.anyTaskOf(ctx, taskIDs[i]); ok {

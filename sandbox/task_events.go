@@ -32,21 +32,11 @@ func (m *Manager) Resync(ctx context.Context) {
 		if sb.Pauseless || sb.State() != pod.Ready {
 			continue // a pause-less pod's State checks its pins itself
 		}
-		if _, running := m.pauseState(ctx, sb.ID); !running {
+		// No answer (readPause's error) is not "not running": no state on a guess.
+		if _, running, err := m.readPause(ctx, sb.ID); err == nil && !running {
 			sb.setState(pod.NotReady)
 		}
 	}
-}
-
-// pauseState reads the sandbox's pause task: its pid while it runs, and whether it
-// may still be running. When containerd cannot tell (readPause's error) it counts as
-// running with an unknown pid: no state is changed on a guess.
-func (m *Manager) pauseState(ctx context.Context, id string) (pid uint32, running bool) {
-	pid, running, err := m.readPause(ctx, id)
-	if err != nil {
-		return 0, true
-	}
-	return pid, running
 }
 
 // readPause reads the sandbox's pause task: its pid while it runs, and whether it
