@@ -15,7 +15,11 @@
 #   hack/tools.sh criu       CRIU 4.1.1 (checkpoint/restore), built from Debian trixie's
 #                            source tarball into $SHIMD_TOOLS/criu-4.1.1, linked as
 #                            bin/criu and /usr/local/sbin/criu (about a minute)
-#   hack/tools.sh all        all of the above but runsc (over 3 minutes: built by make critest-runsc)
+#   hack/tools.sh containerd-profiled
+#                            containerd $CONTAINERD_VERSION as bin/containerd-profiled, unchanged
+#                            but for turning on Go's block and mutex profiles from its
+#                            environment (make bench-burst with BENCH_CONTENTION=1)
+#   hack/tools.sh all        all of the above but runsc and containerd-profiled (over 3 minutes: built by make critest-runsc)
 # Binaries go to $SHIMD_TOOLS (default /var/cache/shimd/tools/bin) and are reused when present.
 # KUBELET_VERSION (default v1.37.2) picks the Kubernetes release; its binaries go to a
 # directory of their own, bin/k8s-$KUBELET_VERSION, so that releases never replace
@@ -86,6 +90,49 @@ containerd_bins() {
 		"github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
 		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
 		"github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION")
+}
+
+# containerd's binary never turns on Go's block and mutex profiles, so its
+# /debug/pprof/block and /debug/pprof/mutex stay empty. This build is containerd's
+# own cmd/containerd/main.go, copied from the module, beside one
+# init that calls runtime.SetBlockProfileRate($CONTAINERD_BLOCK_PROFILE_RATE, in ns)
+# and runtime.SetMutexProfileFraction($CONTAINERD_MUTEX_PROFILE_FRACTION) when they
+# are set. For benchmarks only (SHIMD_CONTAINERD=profiled); the tests use containerd.
+containerd_profiled_bin() {
+	if [ -x "$BIN/containerd-profiled" ] && grep -q "$CONTAINERD_VERSION" <<<"$(printed "$BIN/containerd-profiled" --version)"; then return 0; fi
+	log "building containerd-profiled $CONTAINERD_VERSION"
+	local d
+	d=$(mktemp -d)
+	(
+		cd "$d"
+		export GOFLAGS=-mod=mod
+		go mod init containerd-profiled >/dev/null 2>&1
+		cat >profile.go <<'GO'
+package main
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+)
+
+func init() {
+	if n, err := strconv.Atoi(os.Getenv("CONTAINERD_BLOCK_PROFILE_RATE")); err == nil {
+		runtime.SetBlockProfileRate(n)
+	}
+	if n, err := strconv.Atoi(os.Getenv("CONTAINERD_MUTEX_PROFILE_FRACTION")); err == nil {
+		runtime.SetMutexProfileFraction(n)
+	}
+}
+GO
+		go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" >/dev/null 2>&1
+		cp "$(go list -m -f '{{.Dir}}' github.com/containerd/containerd/v2)/cmd/containerd/main.go" .
+		chmod u+w main.go
+		go mod tidy >/dev/null 2>&1
+		go build -ldflags "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+			-o "$BIN/containerd-profiled" .
+	)
+	rm -rf "$d"
 }
 
 runc_bin() {
@@ -361,6 +408,7 @@ criu_build() { # install-dir
 case "${1:-all}" in
 debs) debs ;;
 containerd) containerd_bins ;;
+containerd-profiled) containerd_profiled_bin ;;
 runc) runc_bin ;;
 critools) critools ;;
 kubelet) kube_bins kubelet ;;
@@ -369,5 +417,5 @@ criu) criu_bin ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 e2e) e2e_bins ;;
 all) debs; containerd_bins; runc_bin; criu_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
-*) echo "usage: $0 debs|containerd|runc|critools|kubelet|runsc|criu|cluster|e2e|all" >&2; exit 2 ;;
+*) echo "usage: $0 debs|containerd|containerd-profiled|runc|critools|kubelet|runsc|criu|cluster|e2e|all" >&2; exit 2 ;;
 esac

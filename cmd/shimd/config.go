@@ -114,6 +114,14 @@ type StreamingConfig struct {
 type DebugConfig struct {
 	// Address is an absolute unix socket path or IP:port; empty (the default) is off.
 	Address string `toml:"address"`
+	// BlockProfileRate turns on Go's block profile (/debug/pprof/block): on average
+	// one sample per this many nanoseconds spent blocked (runtime.SetBlockProfileRate).
+	// 0 (the default) is off. It costs CPU on every blocking event: for measuring only.
+	BlockProfileRate int `toml:"block_profile_rate"`
+	// MutexProfileFraction turns on Go's mutex profile (/debug/pprof/mutex): on
+	// average one of this many contended mutex events is recorded
+	// (runtime.SetMutexProfileFraction). 0 (the default) is off.
+	MutexProfileFraction int `toml:"mutex_profile_fraction"`
 }
 
 // MetricsConfig configures the Prometheus endpoint (/metrics).
@@ -397,6 +405,12 @@ func (c *Config) validateStreamingAndDebug() error {
 	}
 	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
 		return errors.New("config keys streaming.tls_cert_file and streaming.tls_key_file: set both or neither")
+	}
+	if c.Debug.BlockProfileRate < 0 || c.Debug.MutexProfileFraction < 0 {
+		return errors.New("config keys debug.block_profile_rate and debug.mutex_profile_fraction: must be 0 (off) or more")
+	}
+	if (c.Debug.BlockProfileRate > 0 || c.Debug.MutexProfileFraction > 0) && c.Debug.Address == "" {
+		return errors.New("config keys debug.block_profile_rate and debug.mutex_profile_fraction: need debug.address, where the profiles are served")
 	}
 	addrs := map[string]string{"debug.address": c.Debug.Address, "metrics.address": c.Metrics.Address}
 	for _, k := range sortedKeys(addrs) {

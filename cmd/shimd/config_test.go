@@ -65,6 +65,12 @@ func TestLoadConfig(t *testing.T) {
 		{name: "debug on a unix socket", file: "[debug]\naddress = \"/run/shimd/debug.sock\"\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, "/run/shimd/debug.sock", c.Debug.Address)
 		}},
+		{name: "contention profiles", file: "[debug]\naddress = \"/run/shimd/debug.sock\"\nblock_profile_rate = 10000\nmutex_profile_fraction = 5\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, 10000, c.Debug.BlockProfileRate)
+			require.Equal(t, 5, c.Debug.MutexProfileFraction)
+		}},
+		{name: "contention profiles need the debug address", file: "[debug]\nblock_profile_rate = 10000\n", wantErr: "need debug.address"},
+		{name: "negative mutex fraction", file: "[debug]\naddress = \"/run/shimd/debug.sock\"\nmutex_profile_fraction = -1\n", wantErr: "must be 0 (off) or more"},
 		{name: "metrics address must be an IP:port or a path", file: "[metrics]\naddress = \":9101\"\n", wantErr: "config key metrics.address"},
 		{name: "metrics on loopback", file: "[metrics]\naddress = \"127.0.0.1:9101\"\n", check: func(t *testing.T, c Config) {
 			require.Equal(t, "127.0.0.1:9101", c.Metrics.Address)

@@ -26,11 +26,19 @@ type debugStats struct {
 	ContainerdCallTimes map[string]callTimes `json:"containerd_call_times"`
 }
 
-// startDebug serves /debug/pprof/ and /debug/stats on addr (an absolute unix socket
-// path, mode 0600, or IP:port) until stop is called. An empty addr serves nothing.
-func startDebug(ctx context.Context, addr string) (stop func(), err error) {
+// startDebug serves /debug/pprof/ and /debug/stats on cfg.Address (an absolute unix socket
+// path, mode 0600, or IP:port) until stop is called. An empty address serves nothing.
+func startDebug(ctx context.Context, cfg DebugConfig) (stop func(), err error) {
+	addr := cfg.Address
 	if addr == "" {
 		return func() {}, nil
+	}
+	// Block and mutex sampling, when asked (both off by default, as in Go).
+	if cfg.BlockProfileRate > 0 {
+		goruntime.SetBlockProfileRate(cfg.BlockProfileRate)
+	}
+	if cfg.MutexProfileFraction > 0 {
+		goruntime.SetMutexProfileFraction(cfg.MutexProfileFraction)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

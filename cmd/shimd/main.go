@@ -184,7 +184,7 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	// 4.
 	for _, start := range []func() (func(), error){
 		func() (func(), error) { return startStreaming(ctx, cfg.Streaming, w.runtime) },
-		func() (func(), error) { return startDebug(ctx, cfg.Debug.Address) },
+		func() (func(), error) { return startDebug(ctx, cfg.Debug) },
 		func() (func(), error) { return startMetrics(ctx, cfg.Metrics.Address, m) },
 	} {
 		stopIt, err := start()

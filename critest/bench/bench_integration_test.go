@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,22 +43,53 @@ var ops = []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"}
 
 func TestMain(m *testing.M) { harness.Main(m) }
 
-// pauseMode is shimd's sandbox.pause in the benchmarks: BENCH_PAUSE, else the
-// harness's SHIMD_PAUSE, else shimd's default. containerd's CRI plugin always runs a
-// pause container.
 // shimdExtraConfig is the config a benchmark's shimd gets beyond the harness's: the
 // registry mirrors, and with BENCH_SHIMD_DEBUG=<absolute socket path> the debug endpoint,
 // so that a CPU profile can be taken while the benchmark runs:
 //
 //	curl --unix-socket $BENCH_SHIMD_DEBUG -o cpu.pprof 'http://x/debug/pprof/profile?seconds=60'
+//
+// With BENCH_CONTENTION=1 shimd also samples blocking and mutex contention (see
+// contentionFromEnv).
 func shimdExtraConfig(hosts string) string {
 	c := fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)
 	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
 		c += fmt.Sprintf("[debug]\naddress = %q\n", d)
+		if os.Getenv("BENCH_CONTENTION") == "1" {
+			c += fmt.Sprintf("block_profile_rate = %d\nmutex_profile_fraction = %d\n", contentionBlockRate, contentionMutexFraction)
+		}
 	}
 	return c
 }
 
+// The sampling of the contention profiles (BENCH_CONTENTION=1), the same in shimd and
+// containerd: one block sample per 10 µs spent blocked on average, one contended
+// mutex event in 5.
+const (
+	contentionBlockRate     = 10000
+	contentionMutexFraction = 5
+)
+
+// contentionFromEnv prepares BENCH_CONTENTION=1: the block and mutex profiles of both
+// daemons beside their CPU profiles. containerd's own binary never turns the sampling
+// on, so the pair's containerd is bin/containerd-profiled (hack/tools.sh
+// containerd-profiled: containerd's main with the two runtime calls), told the rates by
+// its environment. It needs BENCH_PROFILE_DIR and BENCH_SHIMD_DEBUG.
+func contentionFromEnv(b testing.TB) {
+	if os.Getenv("BENCH_CONTENTION") != "1" {
+		return
+	}
+	if os.Getenv("BENCH_PROFILE_DIR") == "" || os.Getenv("BENCH_SHIMD_DEBUG") == "" {
+		b.Fatal("BENCH_CONTENTION=1 needs BENCH_PROFILE_DIR and BENCH_SHIMD_DEBUG")
+	}
+	b.Setenv("SHIMD_CONTAINERD", "profiled")
+	b.Setenv("CONTAINERD_BLOCK_PROFILE_RATE", strconv.Itoa(contentionBlockRate))
+	b.Setenv("CONTAINERD_MUTEX_PROFILE_FRACTION", strconv.Itoa(contentionMutexFraction))
+}
+
+// pauseMode is shimd's sandbox.pause in the benchmarks: BENCH_PAUSE, else the
+// harness's SHIMD_PAUSE, else shimd's default. containerd's CRI plugin always runs a
+// pause container.
 func pauseMode() string {
 	for _, v := range []string{os.Getenv("BENCH_PAUSE"), harness.PauseMode()} {
 		if v != "" {
@@ -110,6 +142,7 @@ func newPairOn(b testing.TB, handler string) *pair {
 	if runsc {
 		harness.SkipWithoutRunsc(b)
 	}
+	contentionFromEnv(b)
 	hosts := registryHosts(b)
 	env, criRT, cdIS := startCRIOn(b, hosts, runsc)
 	// shimd in the same base dir: same containerd, same CNI conf dir (hence

@@ -76,7 +76,7 @@ func BenchmarkBurst(b *testing.B) {
 				if timed {
 					started = shimdCallTimes(b, debug)
 				}
-				endProbe = burstProbes{syncs: probe.syncs}.start(b, tg, teardownPhase, n)
+				endProbe = probe.start(b, tg, teardownPhase, n)
 				tg.burstTeardown(b, round, ids)
 				cpu2 := tg.cpuNow(b)
 				teardownProbes := endProbe()

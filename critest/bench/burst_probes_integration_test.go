@@ -27,11 +27,13 @@ type debugSock struct {
 // asked: BENCH_SYNCS=1 counts each daemon's fdatasync and fsync calls (one bbolt
 // write transaction commits with an fdatasync) with `perf stat`; BENCH_PROFILE_DIR
 // takes a CPU profile of each daemon with a debug socket over the first
-// BENCH_PROFILE_SECONDS (default 15) of every burst start.
+// BENCH_PROFILE_SECONDS (default 15) of every burst start and teardown, and with BENCH_CONTENTION=1
+// its block and mutex profiles over the same seconds (contentionFromEnv).
 type burstProbes struct {
 	syncs      bool
 	profileDir string
 	profileFor time.Duration
+	contention bool
 }
 
 func burstProbesFromEnv() burstProbes {
@@ -39,6 +41,7 @@ func burstProbesFromEnv() burstProbes {
 		syncs:      os.Getenv("BENCH_SYNCS") == "1",
 		profileDir: os.Getenv("BENCH_PROFILE_DIR"),
 		profileFor: time.Duration(envInt("BENCH_PROFILE_SECONDS", 15)) * time.Second,
+		contention: os.Getenv("BENCH_CONTENTION") == "1",
 	}
 }
 
@@ -58,15 +61,25 @@ func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) fun
 	}
 	if p.profileDir != "" {
 		var wg sync.WaitGroup
+		kinds := []string{"profile"}
+		if p.contention {
+			kinds = append(kinds, "block", "mutex")
+		}
 		for _, s := range tg.debugSocks {
-			name := filepath.Join(p.profileDir, fmt.Sprintf("%s-%s-%s.pprof", tg.name, strings.ReplaceAll(phase, " ", "-"), s.daemon))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := cpuProfile(s.path, p.profileFor, name); err != nil {
-					b.Logf("profile %s: %v", s.daemon, err)
+			for _, kind := range kinds {
+				suffix := ".pprof"
+				if kind != "profile" {
+					suffix = "." + kind + ".pprof"
 				}
-			}()
+				name := filepath.Join(p.profileDir, fmt.Sprintf("%s-%s-%s%s", tg.name, strings.ReplaceAll(phase, " ", "-"), s.daemon, suffix))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := takeProfile(s.path, kind, p.profileFor, name); err != nil {
+						b.Logf("%s profile of %s: %v", kind, s.daemon, err)
+					}
+				}()
+			}
 		}
 		stops = append(stops, func() string {
 			wg.Wait()
@@ -113,13 +126,21 @@ func countSyncs(b *testing.B, who string, pid, pods int) func() string {
 // cpuProfile writes a CPU profile of the daemon behind the debug socket sock, taken
 // over d, to file.
 func cpuProfile(sock string, d time.Duration, file string) error {
-	resp, err := harness.UnixHTTPClient(sock, d+time.Minute).Get(fmt.Sprintf("http://d/debug/pprof/profile?seconds=%d", int(d.Seconds())))
+	return takeProfile(sock, "profile", d, file)
+}
+
+// takeProfile writes the profile kind ("profile" for CPU, "block", "mutex") of the
+// daemon behind the debug socket sock, over the next d (for block and mutex, the
+// difference between two snapshots d apart), to file.
+func takeProfile(sock, kind string, d time.Duration, file string) error {
+	resp, err := harness.UnixHTTPClient(sock, d+time.Minute).Get(fmt.Sprintf("http://d/debug/pprof/%s?seconds=%d", kind, int(d.Seconds())))
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return fmt.Errorf("profile: %s", resp.Status)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s profile: %s: %s", kind, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -39,7 +39,8 @@ type Toolset struct {
 // Tools locates the binaries. SHIMD_TOOLS (default DefaultToolsDir) + "/bin"
 // holds containerd 2.4, containerd-shim-runc-v2, ctr, runc 1.5, crictl and
 // critest. With SHIMD_CONTAINERD=1.6 the containerd, shim, ctr and runc are
-// Debian's from /usr/bin instead; crictl and critest still come from the
+// Debian's from /usr/bin instead; with SHIMD_CONTAINERD=profiled the containerd is
+// bin/containerd-profiled; crictl and critest still come from the
 // tools directory. Tools does not check that the files exist: see Require.
 func Tools() Toolset {
 	dir := os.Getenv("SHIMD_TOOLS")
@@ -57,6 +58,11 @@ func Tools() Toolset {
 		Critest:    filepath.Join(bin, "critest"),
 		Runsc:      filepath.Join(bin, "runsc"),
 		RunscShim:  filepath.Join(bin, "containerd-shim-runsc-v1"),
+	}
+	if os.Getenv("SHIMD_CONTAINERD") == "profiled" {
+		// containerd 2.4 built to turn on Go's block and mutex profiles from its
+		// environment (hack/tools.sh containerd-profiled), for benchmarks.
+		ts.Containerd = filepath.Join(bin, "containerd-profiled")
 	}
 	if v := os.Getenv("SHIMD_CONTAINERD"); v == "1.6" || v == "1" {
 		ts.Legacy = true
