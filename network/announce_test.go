@@ -8,6 +8,7 @@ import (
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // The announcement is the ARP request the kernel's arp_notify sends: sender and
@@ -35,4 +36,23 @@ func TestAnnounceNothing(t *testing.T) {
 			{Address: *v4},                   // on no interface
 		}}
 	require.NoError(t, announce("/nonexistent/netns", res))
+}
+
+// hardwareAddr asks the kernel by ioctl, which needs no privilege: the loopback
+// device has no Ethernet address (nothing to announce from), a missing interface is
+// an error, and a name longer than IFNAMSIZ allows is refused before the ioctl.
+func TestHardwareAddr(t *testing.T) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+
+	mac, err := hardwareAddr(fd, "lo")
+	require.NoError(t, err)
+	require.Nil(t, mac, "lo is ARPHRD_LOOPBACK, not Ethernet")
+
+	_, err = hardwareAddr(fd, "nosuchif0")
+	require.ErrorIs(t, err, unix.ENODEV)
+
+	_, err = hardwareAddr(fd, "a-name-of-16-chr")
+	require.ErrorContains(t, err, "too long")
 }

@@ -246,19 +246,22 @@ func InNetNS(path string, fn func() error) error {
 	return <-errc
 }
 
-// loopbackUp sets the loopback interface of the namespace at path up.
+// loopbackUp sets the loopback interface of the namespace at path up. The
+// loopback device of every network namespace has index 1 (LOOPBACK_IFINDEX), so it is
+// not looked up by name first: a lookup is one more wait for the RTNL lock, which a
+// burst of pod network setups holds most of the time.
 func loopbackUp(path string) error {
 	return InNetNS(path, func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return fmt.Errorf("find loopback: %w", err)
-		}
+		lo := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: loopbackIndex, Name: "lo"}}
 		if err := netlink.LinkSetUp(lo); err != nil {
 			return fmt.Errorf("set loopback up: %w", err)
 		}
 		return nil
 	})
 }
+
+// loopbackIndex is the index of the loopback device in every network namespace.
+const loopbackIndex = 1
 
 // InterfaceStats are the counters of one interface of a pod.
 type InterfaceStats struct {
