@@ -74,13 +74,13 @@ const (
 // daemons beside their CPU profiles. containerd's own binary never turns the sampling
 // on, so the pair's containerd is bin/containerd-profiled (hack/tools.sh
 // containerd-profiled: containerd's main with the two runtime calls), told the rates by
-// its environment. It needs BENCH_PROFILE_DIR and BENCH_SHIMD_DEBUG.
+// its environment. It needs BENCH_SHIMD_DEBUG, and BENCH_PROFILE_DIR or POLL_PROFILE_DIR.
 func contentionFromEnv(b testing.TB) {
 	if os.Getenv("BENCH_CONTENTION") != "1" {
 		return
 	}
-	if os.Getenv("BENCH_PROFILE_DIR") == "" || os.Getenv("BENCH_SHIMD_DEBUG") == "" {
-		b.Fatal("BENCH_CONTENTION=1 needs BENCH_PROFILE_DIR and BENCH_SHIMD_DEBUG")
+	if os.Getenv("BENCH_PROFILE_DIR")+os.Getenv("POLL_PROFILE_DIR") == "" || os.Getenv("BENCH_SHIMD_DEBUG") == "" {
+		b.Fatal("BENCH_CONTENTION=1 needs BENCH_SHIMD_DEBUG and BENCH_PROFILE_DIR (bursts) or POLL_PROFILE_DIR (polling)")
 	}
 	b.Setenv("SHIMD_CONTAINERD", "profiled")
 	b.Setenv("CONTAINERD_BLOCK_PROFILE_RATE", strconv.Itoa(contentionBlockRate))

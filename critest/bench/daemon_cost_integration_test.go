@@ -97,6 +97,7 @@ func newCostSides(b *testing.B) []*costSide {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
 	}
+	contentionFromEnv(b)
 	hosts := registryHosts(b)
 	cdEnv, criRT, cdIS := startCRI(b, hosts)
 
@@ -116,6 +117,13 @@ func newCostSides(b *testing.B) []*costSide {
 			pids:    func() []int { return []int{cdEnv.Containerd.PID()} },
 			address: cdEnv.Containerd.Address()},
 	}
+	// Each side's daemons with a debug socket, for the polling profiles
+	// (POLL_PROFILE_DIR).
+	sides[0].debugSocks = []debugSock{{"containerd", shEnv.Containerd.DebugAddress()}}
+	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
+		sides[0].debugSocks = append([]debugSock{{"shimd", d}}, sides[0].debugSocks...)
+	}
+	sides[1].debugSocks = []debugSock{{"containerd", cdEnv.Containerd.DebugAddress()}}
 	for _, s := range sides {
 		s.rows = map[string]string{}
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"text/tabwriter"
@@ -117,7 +116,11 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 	before, shimsBefore, ownBefore := s.usage(b), shimUsage(b, s.address), s.ownUsage(b)
 	t0 = time.Now()
 	p := &poller{side: s, pods: pods}
-	profiled := s.profileShimd(b, n, window)
+	// POLL_PROFILE_DIR: CPU profiles of the side's daemons over the window (and with
+	// BENCH_CONTENTION=1 their block and mutex profiles), named
+	// <side>-polling-<n>-pods-<daemon>[.block|.mutex].pprof.
+	profiled := burstProbes{profileDir: os.Getenv("POLL_PROFILE_DIR"), profileFor: window,
+		contention: os.Getenv("BENCH_CONTENTION") == "1"}.start(b, s.target, fmt.Sprintf("polling %d pods", n), n)
 	// shimd's calls to containerd in the window, by method, with latencies.
 	debug := os.Getenv("BENCH_SHIMD_DEBUG")
 	var callsBefore map[string]callTimes
@@ -131,7 +134,7 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 		fmt.Print(callTimesTable(fmt.Sprintf("shimd, polling %d pods for %s (per pod: over the whole window)", n, window),
 			callTimesDiff(callsBefore, shimdCallTimes(b, debug)), n))
 	}
-	<-profiled
+	profiled()
 	after, shimsAfter, ownAfter := s.usage(b), shimUsage(b, s.address), s.ownUsage(b)
 
 	r.daemonCPU = ms(after.cpu-before.cpu) / elapsed.Seconds()
@@ -374,21 +377,3 @@ func reportPolling(b *testing.B, n int, window time.Duration, sh, cd *costSide, 
 	}
 }
 
-// profileShimd takes a CPU profile of shimd over the window when BENCH_SHIMD_DEBUG
-// (shimd's debug socket) and POLL_PROFILE_DIR are set: <dir>/shimd-<n>pods.pprof, to
-// read with go tool pprof. The channel closes when it is written (at once if not).
-func (s *costSide) profileShimd(b *testing.B, n int, window time.Duration) <-chan struct{} {
-	done := make(chan struct{})
-	sock, dir := os.Getenv("BENCH_SHIMD_DEBUG"), os.Getenv("POLL_PROFILE_DIR")
-	if s.own == nil || sock == "" || dir == "" {
-		close(done)
-		return done
-	}
-	go func() {
-		defer close(done)
-		if err := cpuProfile(sock, window, filepath.Join(dir, fmt.Sprintf("shimd-%dpods.pprof", n))); err != nil {
-			b.Logf("profile shimd: %v", err)
-		}
-	}()
-	return done
-}
