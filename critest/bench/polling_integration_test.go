@@ -376,4 +376,3 @@ func reportPolling(b *testing.B, n int, window time.Duration, sh, cd *costSide, 
 		b.ReportMetric(m.s/m.c, fmt.Sprintf("%dpods-%s-ratio", n, m.name))
 	}
 }
-
