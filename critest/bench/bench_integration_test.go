@@ -183,10 +183,7 @@ func newPairOn(b testing.TB, handler string) *pair {
 	p.shimd.daemons = []int{shimd.PID(), env.Containerd.PID()}
 	p.cd.daemons = []int{env.Containerd.PID()}
 	p.cd.debugSocks = []debugSock{{"containerd", env.Containerd.DebugAddress()}}
-	p.shimd.debugSocks = p.cd.debugSocks
-	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
-		p.shimd.debugSocks = append([]debugSock{{"shimd", d}}, p.cd.debugSocks...)
-	}
+	p.shimd.debugSocks = shimdSideSocks(env.Containerd.DebugAddress())
 	b.Cleanup(func() {
 		for _, tg := range []*target{p.shimd, p.cd} {
 			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)

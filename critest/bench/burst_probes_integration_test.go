@@ -23,6 +23,16 @@ type debugSock struct {
 	daemon, path string
 }
 
+// shimdSideSocks are the debug sockets of shimd's side: shimd's (BENCH_SHIMD_DEBUG,
+// when set) and its containerd's at containerdDebug.
+func shimdSideSocks(containerdDebug string) []debugSock {
+	socks := []debugSock{{"containerd", containerdDebug}}
+	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
+		socks = append([]debugSock{{"shimd", d}}, socks...)
+	}
+	return socks
+}
+
 // burstProbes are what BenchmarkBurst measures beside the wall and CPU times, when
 // asked: BENCH_SYNCS=1 counts each daemon's fdatasync and fsync calls (one bbolt
 // write transaction commits with an fdatasync) with `perf stat`; BENCH_PROFILE_DIR
@@ -121,12 +131,6 @@ func countSyncs(b *testing.B, who string, pid, pods int) func() string {
 		}
 		return c.line(who, pods) + "\n"
 	}
-}
-
-// cpuProfile writes a CPU profile of the daemon behind the debug socket sock, taken
-// over d, to file.
-func cpuProfile(sock string, d time.Duration, file string) error {
-	return takeProfile(sock, "profile", d, file)
 }
 
 // takeProfile writes the profile kind ("profile" for CPU, "block", "mutex") of the

@@ -119,10 +119,7 @@ func newCostSides(b *testing.B) []*costSide {
 	}
 	// Each side's daemons with a debug socket, for the polling profiles
 	// (POLL_PROFILE_DIR).
-	sides[0].debugSocks = []debugSock{{"containerd", shEnv.Containerd.DebugAddress()}}
-	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
-		sides[0].debugSocks = append([]debugSock{{"shimd", d}}, sides[0].debugSocks...)
-	}
+	sides[0].debugSocks = shimdSideSocks(shEnv.Containerd.DebugAddress())
 	sides[1].debugSocks = []debugSock{{"containerd", cdEnv.Containerd.DebugAddress()}}
 	for _, s := range sides {
 		s.rows = map[string]string{}

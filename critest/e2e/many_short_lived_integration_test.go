@@ -25,7 +25,7 @@ import (
 // handles each container's exit by running `runc kill --all` on the one goroutine
 // that also receives every child exit; with 32 or more exits pending, its reaper then
 // passes on about one exit per second and the pod's starts take up to minutes
-// (docs/operating.md, "Known limits"). That case is not tested here.
+// (docs/operating.md, "Limits"). That case is not tested here.
 func TestManyShortLivedContainersInOnePod(t *testing.T) {
 	requireRoot(t)
 	env, _ := imageEnv(t, harness.Options{})
