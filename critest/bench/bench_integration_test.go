@@ -114,6 +114,9 @@ type target struct {
 	daemons []int
 	// debugSocks are the debug sockets of the daemons that have one (burstProbes).
 	debugSocks []debugSock
+	// logDir ("": none) gives each pod a log directory below it and its container a
+	// CRI log there, as the kubelet does (<pod dir>/<container>/0.log).
+	logDir string
 }
 
 // pair is one containerd with its own CRI plugin and a shimd on it, sharing the CNI

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -165,6 +166,14 @@ func (tg *target) startPod(name string) (string, error) {
 	pod, cfg := podStartConfigs(name)
 	if tg.cgroupRoot != "" {
 		pod.Linux.CgroupParent = "/" + tg.cgroupRoot + "/pod" + pod.Metadata.Uid
+	}
+	if tg.logDir != "" {
+		pod.LogDirectory = filepath.Join(tg.logDir, pod.Metadata.Uid)
+		cfg.LogPath = filepath.Join(cfg.Metadata.Name, "0.log")
+		// The kubelet makes the container's log directory before CreateContainer.
+		if err := os.MkdirAll(filepath.Join(pod.LogDirectory, cfg.Metadata.Name), 0o755); err != nil {
+			return "", err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()

@@ -137,14 +137,49 @@ func countSyncs(b *testing.B, who string, pid, pods int) func() string {
 // daemon behind the debug socket sock, over the next d (for block and mutex, the
 // difference between two snapshots d apart), to file.
 func takeProfile(sock, kind string, d time.Duration, file string) error {
-	resp, err := harness.UnixHTTPClient(sock, d+time.Minute).Get(fmt.Sprintf("http://d/debug/pprof/%s?seconds=%d", kind, int(d.Seconds())))
+	return fetchDebug(sock, fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, int(d.Seconds())), d+time.Minute, file)
+}
+
+// snapshotMemory writes, for each of tg's daemons (pids: shimd and its containerd, or
+// containerd alone), where its memory is: the kernel's
+// split of its RSS (/proc/PID/smaps_rollup: anonymous, file-backed) and, for each
+// debug socket, the Go heap profile after a collection (in use by allocation site)
+// and the runtime's memory statistics (heap?debug=1: heap in use and idle, stacks,
+// what was returned to the kernel), to <tg.name>-<label>-<daemon>.{smaps,heap.pprof,heap.txt}.
+func snapshotMemory(b *testing.B, tg *target, pids []int, dir, label string) {
+	b.Helper()
+	names := []string{"containerd"}
+	if len(pids) > 1 {
+		names = []string{"shimd", "containerd"}
+	}
+	base := func(daemon string) string { return filepath.Join(dir, fmt.Sprintf("%s-%s-%s", tg.name, label, daemon)) }
+	for i, pid := range pids {
+		if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err != nil {
+			b.Logf("smaps of %s: %v", names[i], err)
+		} else if err := os.WriteFile(base(names[i])+".smaps", raw, 0o644); err != nil {
+			b.Fatalf("%v", err)
+		}
+	}
+	for _, s := range tg.debugSocks {
+		for file, query := range map[string]string{".heap.pprof": "gc=1", ".heap.txt": "debug=1"} {
+			if err := fetchDebug(s.path, "/debug/pprof/heap?"+query, time.Minute, base(s.daemon)+file); err != nil {
+				b.Logf("heap profile of %s: %v", s.daemon, err)
+			}
+		}
+	}
+}
+
+// fetchDebug writes what the daemon behind the debug socket sock answers at path,
+// within timeout, to file.
+func fetchDebug(sock, path string, timeout time.Duration, file string) error {
+	resp, err := harness.UnixHTTPClient(sock, timeout).Get("http://d" + path)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s profile: %s: %s", kind, resp.Status, strings.TrimSpace(string(msg)))
+		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -89,6 +89,9 @@ func BenchmarkPolling(b *testing.B) {
 		// ListPodSandboxStats for a pod without one; the kubelet always gives one.
 		s.cgroupRoot = fmt.Sprintf("shimd-bench-poll-%s-%d", s.name, os.Getpid())
 		b.Cleanup(func() { harness.RemoveCgroupTree(s.cgroupRoot) })
+		// Every container writes a CRI log, as under the kubelet: each runtime keeps
+		// what copying a container's output takes (buffers, goroutines) for each.
+		s.logDir = b.TempDir()
 	}
 	window := pollWindow(b)
 	for _, n := range pollSizes(b) {
@@ -136,6 +139,9 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 	}
 	profiled()
 	after, shimsAfter, ownAfter := s.usage(b), shimUsage(b, s.address), s.ownUsage(b)
+	if dir := os.Getenv("POLL_PROFILE_DIR"); dir != "" {
+		snapshotMemory(b, s.target, s.pids(), dir, fmt.Sprintf("polling-%d-pods", n))
+	}
 
 	r.daemonCPU = ms(after.cpu-before.cpu) / elapsed.Seconds()
 	r.rss = after.rss
