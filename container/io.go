@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/log"
@@ -11,7 +12,7 @@ import (
 
 // containerIO connects a container's stdio FIFOs to its CRI log and to attached
 // clients. It owns two copy goroutines (stdout, stderr) that end when the container's
-// side of the FIFOs closes; done is closed then.
+// side of the FIFOs closes; done is closed when both have ended.
 type containerIO struct {
 	dio  *cio.DirectIO
 	log  *logFile
@@ -55,9 +56,19 @@ func attachIO(ctx context.Context, fifos *cio.FIFOSet, logf *logFile) (*containe
 	if fifos.Stdin != "" {
 		cio.stdin = dio.Stdin
 	}
-	var wg sync.WaitGroup
+	// The copy that ends last closes the log and done (no goroutine waits for both:
+	// a node's idle containers would each keep one).
+	var copying atomic.Int32
+	copying.Store(2)
 	copyStream := func(r io.ReadCloser, stream string, b *broadcaster) {
-		defer wg.Done()
+		defer func() {
+			if copying.Add(-1) == 0 {
+				if logf != nil {
+					logf.Close()
+				}
+				close(cio.done)
+			}
+		}()
 		if r == nil {
 			return
 		}
@@ -66,16 +77,8 @@ func attachIO(ctx context.Context, fifos *cio.FIFOSet, logf *logFile) (*containe
 		}
 		b.closeAll()
 	}
-	wg.Add(2)
 	go copyStream(dio.Stdout, "stdout", cio.stdout)
 	go copyStream(dio.Stderr, "stderr", cio.stderr)
-	go func() {
-		wg.Wait()
-		if logf != nil {
-			logf.Close()
-		}
-		close(cio.done)
-	}()
 	return cio, nil
 }
 

@@ -1,7 +1,6 @@
 package container
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -9,7 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/containerd/fifo"
+	"golang.org/x/sys/unix"
 )
 
 // CRI log format, as the kubelet reads it:
@@ -21,12 +24,13 @@ import (
 const maxLogLine = 16 * 1024
 
 // logFile is a container's CRI log. Both streams write to it; ReopenContainerLog
-// replaces the file after the kubelet rotated it.
+// replaces the file after the kubelet rotated it. It holds no buffer of its own: each
+// line is put together in a pooled one and written with one write (a node of 250
+// containers kept 8 MiB in per-container write buffers that only ever held one line).
 type logFile struct {
 	mu   sync.Mutex
 	path string
 	f    *os.File
-	w    *bufio.Writer
 	now  func() time.Time
 }
 
@@ -46,30 +50,39 @@ func (l *logFile) open() error {
 	if err != nil {
 		return fmt.Errorf("open container log: %w", err)
 	}
-	l.f, l.w = f, bufio.NewWriterSize(f, 32*1024)
+	l.f = f
 	return nil
 }
 
-// writeLine writes one CRI log line and flushes it, so the kubelet sees it at once.
+// logBufs are the buffers that output is read into and log lines are put together
+// in: a timestamp, the stream, the tag and a message of at most maxLogLine bytes.
+var logBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxLogLine+64)
+	return &b
+}}
+
+// writeLine writes one CRI log line with one write, so the kubelet sees it at once.
 func (l *logFile) writeLine(stream string, partial bool, msg []byte) {
-	tag := "F"
+	tag := " F "
 	if partial {
-		tag = "P"
+		tag = " P "
 	}
+	bp := logBufs.Get().(*[]byte)
+	b := l.now().UTC().AppendFormat((*bp)[:0], time.RFC3339Nano)
+	b = append(b, ' ')
+	b = append(b, stream...)
+	b = append(b, tag...)
+	b = append(b, msg...)
+	b = append(b, '\n')
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.w == nil {
-		return
+	if l.f != nil {
+		_, _ = l.f.Write(b)
 	}
-	l.w.WriteString(l.now().UTC().Format(time.RFC3339Nano))
-	l.w.WriteByte(' ')
-	l.w.WriteString(stream)
-	l.w.WriteByte(' ')
-	l.w.WriteString(tag)
-	l.w.WriteByte(' ')
-	l.w.Write(msg)
-	l.w.WriteByte('\n')
-	l.w.Flush()
+	l.mu.Unlock()
+	if cap(b) <= maxLogLine+64 {
+		*bp = b
+		logBufs.Put(bp)
+	}
 }
 
 // reopen closes the file and opens the path again (after a rotation).
@@ -77,10 +90,9 @@ func (l *logFile) reopen() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f != nil {
-		l.w.Flush()
 		l.f.Close()
 	}
-	l.f, l.w = nil, nil
+	l.f = nil
 	return l.open()
 }
 
@@ -90,40 +102,161 @@ func (l *logFile) Close() error {
 	if l.f == nil {
 		return nil
 	}
-	l.w.Flush()
 	err := l.f.Close()
-	l.f, l.w = nil, nil
+	l.f = nil
 	return err
 }
 
 // copyLogStream reads one output stream of a container until EOF, writing CRI log
 // lines to log (if not nil) and the raw bytes to raw (attached clients; may be nil).
+//
+// A stream that waits for output holds no buffer: a FIFO (anything with a raw
+// descriptor in Go's poller) is read only once it is readable, into a pooled buffer
+// that goes back to the pool before the next wait; only a line that has not ended
+// yet is kept between reads. With a buffer per stream, the readers of a node's idle
+// containers held 32 KiB each (7 MiB at 250 pods, shimd's largest heap item).
 func copyLogStream(r io.Reader, stream string, log *logFile, raw io.Writer) error {
-	if raw != nil {
-		// Attached clients get bytes as they come (a prompt, "echo -n"), not lines.
-		r = io.TeeReader(r, raw)
-	}
-	br := bufio.NewReaderSize(r, maxLogLine)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			if log != nil {
-				full := line[len(line)-1] == '\n'
-				msg := bytes.TrimSuffix(line, []byte{'\n'})
-				// A full buffer is a partial line, and so is output that ends without a
-				// newline (as containerd's CRI writes it): the kubelet adds a newline to
-				// an F line, so "echo -n DONE" must stay "DONE" in kubectl logs and in a
-				// termination message read from the log.
-				log.writeLine(stream, !full, msg)
-			}
+	lw := &lineWriter{stream: stream, log: log}
+	handle := func(p []byte) {
+		if raw != nil {
+			// Attached clients get bytes as they come (a prompt, "echo -n"), not lines.
+			_, _ = raw.Write(p)
 		}
-		switch {
-		case err == nil, errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF), errors.Is(err, os.ErrClosed):
-			return nil
-		default:
+		lw.write(p)
+	}
+	var err error
+	if sc, ok := r.(syscall.Conn); ok {
+		err = readRaw(sc, handle)
+	} else {
+		err = readPooled(r, handle)
+	}
+	lw.flush()
+	if err == nil || errors.Is(err, io.EOF) || closedErr(err) {
+		return nil
+	}
+	return err
+}
+
+// readPooled reads r until it fails, handing each read's bytes to handle.
+func readPooled(r io.Reader, handle func([]byte)) error {
+	bp := logBufs.Get().(*[]byte)
+	defer logBufs.Put(bp)
+	buf := (*bp)[:maxLogLine]
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			handle(buf[:n])
+		}
+		if err != nil {
 			return err
 		}
+	}
+}
+
+// readRaw is readPooled for a descriptor in Go's poller: it takes a buffer only when
+// the descriptor is readable. A descriptor that is not non-blocking (a Read on it
+// would block) is read as readPooled would, through the callback.
+func readRaw(sc syscall.Conn, handle func([]byte)) error {
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	for {
+		var (
+			bp   *[]byte
+			n    int
+			rerr error
+		)
+		err := rc.Read(func(fd uintptr) bool {
+			bp = logBufs.Get().(*[]byte)
+			for {
+				n, rerr = unix.Read(int(fd), (*bp)[:maxLogLine])
+				if rerr != unix.EINTR {
+					break
+				}
+			}
+			if rerr == unix.EAGAIN {
+				logBufs.Put(bp)
+				bp = nil
+				return false // wait until readable
+			}
+			return true
+		})
+		if err == nil && rerr == nil && n > 0 {
+			handle((*bp)[:n])
+		}
+		if bp != nil {
+			logBufs.Put(bp)
+		}
+		switch {
+		case err != nil:
+			return err
+		case rerr != nil:
+			return rerr
+		case n == 0:
+			return io.EOF
+		}
+	}
+}
+
+// closedErr says whether err is the end of a read on a file that was closed under it
+// (detach): os.ErrClosed from a Read, the FIFO's ErrReadClosed, and the poller's
+// "use of closed file" from a raw read, which Go does not export as a value.
+func closedErr(err error) bool {
+	return errors.Is(err, os.ErrClosed) || errors.Is(err, fifo.ErrReadClosed) || err.Error() == "use of closed file"
+}
+
+// lineWriter cuts output into CRI log lines, as bufio.Reader.ReadSlice('\n') with a
+// maxLogLine buffer would: a line up to its newline (F), or maxLogLine bytes of a
+// longer one (P); output that ends without a newline ends with a partial line.
+type lineWriter struct {
+	stream  string
+	log     *logFile
+	pending []byte // the start of a line whose end has not come yet
+}
+
+func (w *lineWriter) write(p []byte) {
+	if w.log == nil {
+		return
+	}
+	if len(w.pending) > 0 {
+		w.pending = append(w.pending, p...)
+		rest := w.cut(w.pending)
+		w.pending = append(w.pending[:0], rest...)
+		if len(w.pending) == 0 && cap(w.pending) > 4096 {
+			w.pending = nil // a long line passed: give its memory back
+		}
+		return
+	}
+	if rest := w.cut(p); len(rest) > 0 {
+		w.pending = append([]byte(nil), rest...)
+	}
+}
+
+// cut writes the lines that p completes and returns what is left of it.
+func (w *lineWriter) cut(p []byte) []byte {
+	for len(p) > 0 {
+		window := p[:min(len(p), maxLogLine)]
+		if i := bytes.IndexByte(window, '\n'); i >= 0 {
+			w.log.writeLine(w.stream, false, p[:i])
+			p = p[i+1:]
+			continue
+		}
+		if len(window) < maxLogLine {
+			return p
+		}
+		w.log.writeLine(w.stream, true, window) // a full buffer is a partial line
+		p = p[maxLogLine:]
+	}
+	return nil
+}
+
+// flush writes what is left at the end of the output as a partial line: the kubelet
+// adds a newline to an F line, so "echo -n DONE" must stay "DONE" in kubectl logs and
+// in a termination message read from the log (as containerd's CRI writes it).
+func (w *lineWriter) flush() {
+	if len(w.pending) > 0 {
+		w.log.writeLine(w.stream, true, w.pending)
+		w.pending = nil
 	}
 }
