@@ -116,7 +116,10 @@ func (l *logFile) Close() error {
 // yet is kept between reads. With a buffer per stream, the readers of a node's idle
 // containers held 32 KiB each (7 MiB at 250 pods, shimd's largest heap item).
 func copyLogStream(r io.Reader, stream string, log *logFile, raw io.Writer) error {
-	lw := &lineWriter{stream: stream, log: log}
+	lw := &lineWriter{}
+	if log != nil {
+		lw.emit = func(partial bool, msg []byte) { log.writeLine(stream, partial, msg) }
+	}
 	handle := func(p []byte) {
 		if raw != nil {
 			// Attached clients get bytes as they come (a prompt, "echo -n"), not lines.
@@ -210,43 +213,51 @@ func closedErr(err error) bool {
 // maxLogLine buffer would: a line up to its newline (F), or maxLogLine bytes of a
 // longer one (P); output that ends without a newline ends with a partial line.
 type lineWriter struct {
-	stream  string
-	log     *logFile
-	pending []byte // the start of a line whose end has not come yet
+	emit    func(partial bool, msg []byte) // nil: no log, the output is dropped
+	pending []byte                         // the start of a line whose end has not come yet
 }
 
 func (w *lineWriter) write(p []byte) {
-	if w.log == nil {
+	if w.emit == nil {
 		return
 	}
-	if len(w.pending) > 0 {
-		w.pending = append(w.pending, p...)
-		rest := w.cut(w.pending)
-		w.pending = append(w.pending[:0], rest...)
-		if len(w.pending) == 0 && cap(w.pending) > 4096 {
-			w.pending = nil // a long line passed: give its memory back
+	if len(w.pending) == 0 {
+		if rest := w.cut(p, 0); len(rest) > 0 {
+			w.pending = append([]byte(nil), rest...)
 		}
 		return
 	}
-	if rest := w.cut(p); len(rest) > 0 {
-		w.pending = append([]byte(nil), rest...)
+	// The pending bytes hold no newline: only the new ones are searched, so a line
+	// that comes a byte at a time costs no more than one that comes at once.
+	held := len(w.pending)
+	w.pending = append(w.pending, p...)
+	switch rest := w.cut(w.pending, held); {
+	case len(rest) == len(w.pending): // nothing was cut
+	case len(rest) == 0 && cap(w.pending) > 4096:
+		w.pending = nil // a long line passed: give its memory back
+	default:
+		w.pending = append(w.pending[:0], rest...)
 	}
 }
 
-// cut writes the lines that p completes and returns what is left of it.
-func (w *lineWriter) cut(p []byte) []byte {
+// cut writes the lines that p completes and returns what is left of it; its first
+// clean bytes are known to hold no newline.
+func (w *lineWriter) cut(p []byte, clean int) []byte {
 	for len(p) > 0 {
 		window := p[:min(len(p), maxLogLine)]
-		if i := bytes.IndexByte(window, '\n'); i >= 0 {
-			w.log.writeLine(w.stream, false, p[:i])
+		if i := bytes.IndexByte(window[min(clean, len(window)):], '\n'); i >= 0 {
+			i += min(clean, len(window))
+			w.emit(false, p[:i])
 			p = p[i+1:]
+			clean = 0
 			continue
 		}
 		if len(window) < maxLogLine {
 			return p
 		}
-		w.log.writeLine(w.stream, true, window) // a full buffer is a partial line
+		w.emit(true, window) // a full buffer is a partial line
 		p = p[maxLogLine:]
+		clean = 0
 	}
 	return nil
 }
@@ -256,7 +267,7 @@ func (w *lineWriter) cut(p []byte) []byte {
 // in a termination message read from the log (as containerd's CRI writes it).
 func (w *lineWriter) flush() {
 	if len(w.pending) > 0 {
-		w.log.writeLine(w.stream, true, w.pending)
+		w.emit(true, w.pending)
 		w.pending = nil
 	}
 }

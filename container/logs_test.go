@@ -1,7 +1,10 @@
 package container
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -141,4 +144,48 @@ func TestLogReopen(t *testing.T) {
 	require.Contains(t, string(old), "stdout F before")
 	require.Contains(t, string(cur), "stderr F after")
 	require.NotContains(t, string(cur), "before")
+}
+
+// FuzzLogLines checks the line cutting against bufio.Reader.ReadSlice('\n') with a
+// maxLogLine buffer, the reader it replaced, for any output arriving in any pieces.
+func FuzzLogLines(f *testing.F) {
+	f.Add([]byte("hello\nworld\n"), []byte{3, 1})
+	f.Add([]byte("a\nb"), []byte{1})
+	f.Add(bytes.Repeat([]byte("x"), 3*maxLogLine+5), []byte{200, 7})
+	f.Add(append(bytes.Repeat([]byte("y"), maxLogLine), '\n'), []byte{255})
+	f.Fuzz(func(t *testing.T, seed, pieces []byte) {
+		// Short fuzz inputs, stretched so that lines reach maxLogLine.
+		data := seed
+		if len(seed) > 0 && seed[0]%4 == 0 {
+			data = bytes.Repeat(seed, maxLogLine/len(seed)+2)
+		}
+		type line struct {
+			partial bool
+			msg     string
+		}
+		var want []line
+		br := bufio.NewReaderSize(bytes.NewReader(data), maxLogLine)
+		for {
+			b, err := br.ReadSlice('\n')
+			if len(b) > 0 {
+				full := b[len(b)-1] == '\n'
+				want = append(want, line{!full, string(bytes.TrimSuffix(b, []byte{'\n'}))})
+			}
+			if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+				break
+			}
+		}
+		var got []line
+		w := &lineWriter{emit: func(partial bool, msg []byte) { got = append(got, line{partial, string(msg)}) }}
+		for i, p := 0, data; len(p) > 0; i++ {
+			n := len(p)
+			if len(pieces) > 0 {
+				n = min(len(p), 1+int(pieces[i%len(pieces)])*int(pieces[i%len(pieces)]))
+			}
+			w.write(p[:n])
+			p = p[n:]
+		}
+		w.flush()
+		require.Equal(t, want, got)
+	})
 }
