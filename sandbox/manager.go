@@ -134,7 +134,7 @@ func (m *Manager) facts(sb *Sandbox) pod.Pod {
 		ID: sb.ID, Name: sb.Name, Config: sb.Config, RuntimeHandler: sb.RuntimeHandler, CreatedAt: sb.CreatedAt,
 		State: sb.State(), NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
 		Pauseless: sb.Pauseless, PID: sb.PausePID(), IPs: sb.IPs, InStore: sb.InStore,
-		Overhead: overhead, Resources: resources, Files: m.fs.files(sb),
+		Overhead: overhead, Resources: resources, Files: sb.filesIn(m.fs),
 	}
 }
 

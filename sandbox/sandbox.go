@@ -54,6 +54,17 @@ type Sandbox struct {
 	stopped bool // Stop has torn the network down
 	// overhead and resources: the last UpdatePodSandboxResources.
 	overhead, resources *runtimeapi.LinuxContainerResources
+
+	// files are the paths of the pod's files, fixed for its life: reckoned once
+	// (filesIn), not for every pod on every ListPodSandbox.
+	filesOnce sync.Once
+	files     pod.Files
+}
+
+// filesIn returns the paths of the pod's files in l, reckoned on the first call.
+func (s *Sandbox) filesIn(l layout) pod.Files {
+	s.filesOnce.Do(func() { s.files = l.files(s) })
+	return s.files
 }
 
 // PodResources returns the pod-level overhead and resources of the last

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/pod"
 )
@@ -80,4 +81,19 @@ func TestUndoStackRun(t *testing.T) {
 	order = nil
 	require.False(t, undoStack{func(context.Context) error { order = append(order, 9); return nil }}.run(context.Background(), "sandbox y"))
 	require.Equal(t, []int{9}, order)
+}
+
+// A pod's file paths: those of its layout, the host's /dev/shm for a pod in the
+// node's IPC namespace, and the same on every later call (they are reckoned once).
+func TestFilesIn(t *testing.T) {
+	l := layout{root: "/var/lib/shimd", state: "/run/shimd"}
+	sb := &Sandbox{ID: "abc", Config: &runtimeapi.PodSandboxConfig{}}
+	want := pod.Files{Hostname: "/var/lib/shimd/sandboxes/abc/hostname", Hosts: "/var/lib/shimd/sandboxes/abc/hosts",
+		ResolvConf: "/var/lib/shimd/sandboxes/abc/resolv.conf", Shm: "/run/shimd/sandboxes/abc/shm"}
+	require.Equal(t, want, sb.filesIn(l))
+	require.Equal(t, want, sb.filesIn(l))
+
+	host := &Sandbox{ID: "def", Config: &runtimeapi.PodSandboxConfig{Linux: &runtimeapi.LinuxPodSandboxConfig{
+		SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}}}}}
+	require.Equal(t, "/dev/shm", host.filesIn(l).Shm)
 }
