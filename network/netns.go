@@ -3,6 +3,7 @@ package network
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -299,6 +300,41 @@ func InterfacesOf(pid uint32) ([]InterfaceStats, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/dev", pid))
 	if err != nil {
 		return nil, err
+	}
+	return parseNetDev(data)
+}
+
+// InterfacesIn is InterfacesOf pid when pid is in the network namespace pinned at
+// path (a pause-less pod's, whose containers join it): the process's /proc
+// directory is opened first and both its namespace and its counters are read through
+// it, so a pid that exits and is reused in between reads nothing (ESRCH) rather than
+// another namespace's counters. An error when pid is elsewhere or gone.
+func InterfacesIn(pid uint32, path string) ([]InterfaceStats, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(path, &want); err != nil {
+		return nil, fmt.Errorf("stat netns %s: %w", path, err)
+	}
+	dir, err := unix.Open(fmt.Sprintf("/proc/%d", pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /proc/%d: %w", pid, err)
+	}
+	defer unix.Close(dir)
+	var got unix.Stat_t
+	if err := unix.Fstatat(dir, "ns/net", &got, 0); err != nil {
+		return nil, fmt.Errorf("netns of pid %d: %w", pid, err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino {
+		return nil, fmt.Errorf("pid %d is not in the network namespace %s", pid, path)
+	}
+	fd, err := unix.Openat(dir, "net/dev", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /proc/%d/net/dev: %w", pid, err)
+	}
+	f := os.NewFile(uintptr(fd), "net/dev")
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read /proc/%d/net/dev: %w", pid, err)
 	}
 	return parseNetDev(data)
 }

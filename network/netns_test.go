@@ -1,6 +1,7 @@
 package network
 
 import (
+	"os"
 	"reflect"
 	"testing"
 )
@@ -22,5 +23,37 @@ func TestParseNetDev(t *testing.T) {
 	}
 	if _, err := parseNetDev([]byte("x\ny\n  eth0: 1 2 3\n")); err == nil {
 		t.Fatal("a short line parsed")
+	}
+}
+
+// InterfacesIn reads a process's counters only when it is in the namespace named.
+func TestInterfacesIn(t *testing.T) {
+	pid := uint32(os.Getpid())
+	want, err := InterfacesOf(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := InterfacesIn(pid, "/proc/self/ns/net")
+	if err != nil {
+		t.Fatalf("own namespace: %v", err)
+	}
+	names := func(s []InterfaceStats) []string {
+		var out []string
+		for _, i := range s {
+			out = append(out, i.Name)
+		}
+		return out
+	}
+	if !reflect.DeepEqual(names(got), names(want)) {
+		t.Fatalf("interfaces %v, /proc/<pid>/net/dev has %v", names(got), names(want))
+	}
+	if _, err := InterfacesIn(pid, "/proc/self/ns/uts"); err == nil {
+		t.Fatal("a namespace other than the process's: no error")
+	}
+	if _, err := InterfacesIn(pid, "/nonexistent/netns"); err == nil {
+		t.Fatal("no pin: no error")
+	}
+	if _, err := InterfacesIn(1<<22+1, "/proc/self/ns/net"); err == nil {
+		t.Fatal("no such process: no error")
 	}
 }

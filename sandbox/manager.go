@@ -114,25 +114,27 @@ func (m *Manager) Pod(id string) (pod.Pod, error) {
 	if err != nil {
 		return pod.Pod{}, err
 	}
-	return m.facts(sb), nil
+	return m.facts(sb, sb.State()), nil
 }
 
-// Pods returns the facts of every sandbox, oldest first.
+// Pods returns the facts of every sandbox, oldest first. A pause-less pod's pins are
+// checked at most once per pinCheckEvery (listState).
 func (m *Manager) Pods() []pod.Pod {
 	sbs := m.store.list()
 	out := make([]pod.Pod, 0, len(sbs))
+	now := time.Now()
 	for _, sb := range sbs {
-		out = append(out, m.facts(sb))
+		out = append(out, m.facts(sb, sb.listState(now)))
 	}
 	return out
 }
 
-// facts is what sb's containers may know of it, read now.
-func (m *Manager) facts(sb *Sandbox) pod.Pod {
+// facts is what sb's containers may know of it, read now, in state st.
+func (m *Manager) facts(sb *Sandbox, st pod.State) pod.Pod {
 	overhead, resources := sb.PodResources()
 	return pod.Pod{
 		ID: sb.ID, Name: sb.Name, Config: sb.Config, RuntimeHandler: sb.RuntimeHandler, CreatedAt: sb.CreatedAt,
-		State: sb.State(), NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
+		State: st, NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
 		Pauseless: sb.Pauseless, PID: sb.PausePID(), IPs: sb.IPs, InStore: sb.InStore,
 		Overhead: overhead, Resources: resources, Files: sb.filesIn(m.fs),
 	}

@@ -5,6 +5,7 @@ package sandbox
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -59,7 +60,18 @@ type Sandbox struct {
 	// (filesIn), not for every pod on every ListPodSandbox.
 	filesOnce sync.Once
 	files     pod.Files
+
+	// pinsChecked is when a list last found a pause-less pod's pins mounted (Unix
+	// nanoseconds; listState).
+	pinsChecked atomic.Int64
 }
+
+// pinCheckEvery is how long a list trusts a pause-less pod's pins to be mounted
+// after it last found them so: the kubelet lists every pod every second, and at 250
+// pods a check on every list is 750 statfs calls a second. A pin removed by hand
+// (the only way one goes while the pod is READY) shows in lists within this time,
+// and at once in PodSandboxStatus, which checks on every call.
+const pinCheckEvery = time.Second
 
 // filesIn returns the paths of the pod's files in l, reckoned on the first call.
 func (s *Sandbox) filesIn(l layout) pod.Files {
@@ -84,6 +96,21 @@ func (s *Sandbox) State() pod.State {
 	if st == pod.Ready && s.Pauseless && !pinsAlive(s) { // statfs, outside mu
 		s.setState(pod.NotReady)
 		return pod.NotReady
+	}
+	return st
+}
+
+// listState is State for lists: a pause-less pod's pins are checked at most once
+// per pinCheckEvery (now is the list's time).
+func (s *Sandbox) listState(now time.Time) pod.State {
+	if !s.Pauseless || now.UnixNano()-s.pinsChecked.Load() < int64(pinCheckEvery) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.state
+	}
+	st := s.State()
+	if st == pod.Ready {
+		s.pinsChecked.Store(now.UnixNano())
 	}
 	return st
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -96,4 +97,28 @@ func TestFilesIn(t *testing.T) {
 	host := &Sandbox{ID: "def", Config: &runtimeapi.PodSandboxConfig{Linux: &runtimeapi.LinuxPodSandboxConfig{
 		SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}}}}}
 	require.Equal(t, "/dev/shm", host.filesIn(l).Shm)
+}
+
+// A list trusts a pause-less pod's pins for pinCheckEvery after it last found them
+// mounted; PodSandboxStatus (State) checks them on every call.
+func TestListStateChecksPinsAtMostOncePerPeriod(t *testing.T) {
+	gone := filepath.Join(t.TempDir(), "netns") // not a namespace: the pin is gone
+	now := time.Now()
+
+	sb := &Sandbox{ID: "pl1", Pauseless: true, NetNSPath: gone, state: pod.Ready}
+	require.Equal(t, pod.NotReady, sb.listState(now), "never checked: checked now")
+
+	sb = &Sandbox{ID: "pl2", Pauseless: true, NetNSPath: gone, state: pod.Ready}
+	sb.pinsChecked.Store(now.Add(-pinCheckEvery / 2).UnixNano())
+	require.Equal(t, pod.Ready, sb.listState(now), "checked within the period: trusted")
+	require.Equal(t, pod.NotReady, sb.listState(now.Add(pinCheckEvery)), "the period over: checked again")
+	require.Equal(t, pod.NotReady, sb.listState(now), "NOTREADY stays")
+
+	sb = &Sandbox{ID: "pl3", Pauseless: true, NetNSPath: gone, state: pod.Ready}
+	sb.pinsChecked.Store(now.UnixNano())
+	require.Equal(t, pod.NotReady, sb.State(), "State checks on every call")
+	require.Equal(t, pod.NotReady, sb.listState(now))
+
+	withPause := &Sandbox{ID: "p", NetNSPath: gone, state: pod.Ready}
+	require.Equal(t, pod.Ready, withPause.listState(now), "a pod with a pause has no pins")
 }

@@ -31,7 +31,8 @@ func (s *Collector) PodMetrics(ctx context.Context, sb pod.Pod) *runtimeapi.PodS
 	meta := sb.Config.GetMetadata()
 	out := &runtimeapi.PodSandboxMetrics{PodSandboxId: sb.ID}
 	groups := []string{s.host.ownGroup(sb.PID)}
-	for _, c := range s.opts.Containers.StatsOf(sb.ID) {
+	cs := s.opts.Containers.StatsOf(sb.ID)
+	for _, c := range cs {
 		if cm, group := s.containerMetrics(ctx, c, meta); cm != nil {
 			out.ContainerMetrics = append(out.ContainerMetrics, cm)
 			groups = append(groups, group)
@@ -39,7 +40,7 @@ func (s *Collector) PodMetrics(ctx context.Context, sb pod.Pod) *runtimeapi.PodS
 	}
 	pod := metricSet{labels: []string{meta.GetName(), meta.GetNamespace(), "", sb.ID, ""}}
 	if sb.NetNSPath != "" {
-		ifaces, err := podInterfaces(sb)
+		ifaces, err := podInterfaces(sb, cs)
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("sandbox", sb.ID).Debug("pod metrics: network counters")
 		}

@@ -45,7 +45,7 @@ func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs
 		linux.Process.ProcessCount = &runtimeapi.UInt64Value{Value: *total.tasks}
 	}
 	if sb.NetNSPath != "" && sb.State == pod.Ready {
-		if ifaces, err := podInterfaces(sb); err == nil {
+		if ifaces, err := podInterfaces(sb, cs); err == nil {
 			linux.Network = &runtimeapi.NetworkUsage{Timestamp: now.UnixNano()}
 			for i, it := range ifaces {
 				u := &runtimeapi.NetworkInterfaceUsage{
@@ -69,11 +69,23 @@ func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs
 }
 
 // podInterfaces reads the counters of the pod's interfaces: from its pause process's
-// /proc (no entering of the namespace), else in its pinned namespace.
-func podInterfaces(sb pod.Pod) ([]network.InterfaceStats, error) {
+// /proc, or, in a pause-less pod, that of a running container found in the pod's
+// pinned namespace (neither enters the namespace); else in the pinned namespace (a
+// pause-less pod with no container running).
+func podInterfaces(sb pod.Pod, cs []Container) ([]network.InterfaceStats, error) {
 	if sb.PID != 0 && !sb.Pauseless {
 		if ifaces, err := network.InterfacesOf(sb.PID); err == nil {
 			return ifaces, nil
+		}
+	}
+	if sb.Pauseless {
+		for _, c := range cs {
+			if !c.Running || c.Pid == 0 {
+				continue
+			}
+			if ifaces, err := network.InterfacesIn(c.Pid, sb.NetNSPath); err == nil {
+				return ifaces, nil
+			}
 		}
 	}
 	return network.Interfaces(sb.NetNSPath)
