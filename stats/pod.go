@@ -25,9 +25,13 @@ func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs
 	linux := &runtimeapi.LinuxPodSandboxStats{}
 	total := cgroupSample{at: now}
 	var groups []string
-	if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.opts.Handlers.KernelCgroups(sb.RuntimeHandler)); err == nil {
-		addSample(&total, smp)
-		groups = append(groups, smp.group)
+	// A pause-less pod has no task of its own: asking for one would only fetch every
+	// task's metrics from containerd (the pass's one call) to find none.
+	if !sb.Pauseless {
+		if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.opts.Handlers.KernelCgroups(sb.RuntimeHandler)); err == nil {
+			addSample(&total, smp)
+			groups = append(groups, smp.group)
+		}
 	}
 	for _, c := range cs {
 		st, smp := s.containerStats(ctx, p, c)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -327,5 +328,59 @@ func TestPauselessModeRunscKeepsPause(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, hasPauseTask(t, env, resp.PodSandboxId))
 	stopRemove(t, rs, resp.PodSandboxId)
+	env.CheckNoLeaks(t)
+}
+
+// ListPodSandboxStats of a pause-less pod asks containerd for no task metrics (the
+// pod has no task of its own, its container's cgroup is read directly), and its
+// network counters are the pod's own: read from the container's /proc, they lie
+// between what the container reads in its namespace before and after.
+func TestPauselessPodStatsList(t *testing.T) {
+	requireRoot(t)
+	sock := filepath.Join(t.TempDir(), "debug.sock")
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{Pause: "when-needed",
+		ExtraConfig: fmt.Sprintf("[debug]\naddress = %q\n", sock)}})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	debug := debugClient(sock)
+	pod := plPod(t, rs, podConfig("plstats"))
+	c := pod.run(plContainer(pod, "a", "sleep", "1000"))
+
+	eth0 := func(netDev string) (rx, tx uint64) {
+		for _, line := range strings.Split(netDev, "\n") {
+			name, rest, ok := strings.Cut(line, ":")
+			if !ok || strings.TrimSpace(name) != "eth0" {
+				continue
+			}
+			f := strings.Fields(rest)
+			require.GreaterOrEqual(t, len(f), 9, "%q", line)
+			rx, _ = strconv.ParseUint(f[0], 10, 64)
+			tx, _ = strconv.ParseUint(f[8], 10, 64)
+			return rx, tx
+		}
+		t.Fatalf("no eth0 in %q", netDev)
+		return 0, 0
+	}
+	rx0, tx0 := eth0(out(t, rs, c, "cat", "/proc/net/dev"))
+	before := containerdCalls(t, debug)
+	resp, err := rs.ListPodSandboxStats(ctxT(t, 30*time.Second), &runtimeapi.ListPodSandboxStatsRequest{})
+	require.NoError(t, err)
+	calls, _ := callDiff(before, containerdCalls(t, debug))
+	rx1, tx1 := eth0(out(t, rs, c, "cat", "/proc/net/dev"))
+
+	require.Len(t, resp.Stats, 1)
+	st := resp.Stats[0].Linux
+	require.Len(t, st.Containers, 1)
+	require.NotZero(t, st.Memory.GetWorkingSetBytes().GetValue(), "the container's cgroup, read directly")
+	require.NotContains(t, calls, "Metrics", "containerd's calls for the list: %s", calls)
+	require.NotNil(t, st.Network)
+	def := st.Network.DefaultInterface
+	require.Equal(t, "eth0", def.Name)
+	require.True(t, rx0 <= def.RxBytes.GetValue() && def.RxBytes.GetValue() <= rx1, "rx bytes %d, the container read %d then %d", def.RxBytes.GetValue(), rx0, rx1)
+	require.True(t, tx0 <= def.TxBytes.GetValue() && def.TxBytes.GetValue() <= tx1, "tx bytes %d, the container read %d then %d", def.TxBytes.GetValue(), tx0, tx1)
+
+	_, err = rs.StopContainer(ctxT(t, time.Minute), &runtimeapi.StopContainerRequest{ContainerId: c, Timeout: 1})
+	require.NoError(t, err)
+	stopRemove(t, rs, pod.id)
 	env.CheckNoLeaks(t)
 }
