@@ -68,10 +68,12 @@ type Sandbox struct {
 
 // pinCheckEvery is how long a list trusts a pause-less pod's pins to be mounted
 // after it last found them so: the kubelet lists every pod every second, and at 250
-// pods a check on every list is 750 statfs calls a second. A pin removed by hand
-// (the only way one goes while the pod is READY) shows in lists within this time,
-// and at once in PodSandboxStatus, which checks on every call.
-const pinCheckEvery = time.Second
+// pods a check on every list is 750 statfs calls a second (a period of one second
+// saved nothing: each list came just after it ran out). A pin removed by hand (the
+// only way one goes while the pod is READY) shows in lists within this time, the
+// kubelet's stats period, and at once in PodSandboxStatus, which checks on every
+// call.
+const pinCheckEvery = 10 * time.Second
 
 // filesIn returns the paths of the pod's files in l, reckoned on the first call.
 func (s *Sandbox) filesIn(l layout) pod.Files {
