@@ -3,8 +3,10 @@
 package kubelet
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,13 +107,55 @@ func (s *e2e) shimsBut(t *testing.T, skip string) []int {
 		harness.Fatalf(t, "the node's shims: %v, %v", all, err)
 	}
 	skipSandbox := s.sandbox(t, skip).Id
+	// The pod's shim is named after the pod (its pause task started it) or, in a
+	// pause-less pod, after the container whose task started it: found as the
+	// parent of a running container of the pod.
+	skipPIDs := map[int]bool{}
+	for _, c := range s.containers(t, skipSandbox) {
+		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		if ppid := parentPID(s.containerPID(t, c.Id)); ppid > 0 {
+			skipPIDs[ppid] = true
+		}
+	}
 	var shims []int
 	for _, pid := range all {
-		if shimID(pid) != skipSandbox {
+		if shimID(pid) != skipSandbox && !skipPIDs[pid] {
 			shims = append(shims, pid)
 		}
 	}
 	return shims
+}
+
+// containerPID is the pid of a running container's process (its verbose status).
+func (s *e2e) containerPID(t *testing.T, id string) int {
+	resp, err := s.rt.ContainerStatus(ctxT(t, 30*time.Second), &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		harness.Fatalf(t, "ContainerStatus %s: %v", id, err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil {
+		harness.Fatalf(t, "ContainerStatus %s info: %v", id, err)
+	}
+	return info.Pid
+}
+
+// parentPID is the parent of process pid (0 if it is gone).
+func parentPID(pid int) int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }
 
 // shimID is the -id argument of shim pid: the sandbox id of a pod's shim.
