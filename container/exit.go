@@ -36,6 +36,10 @@ type Exits struct {
 	m *Manager
 	// awaiting holds the ids of the containers whose lost exit a Resync waits for.
 	awaiting sync.Map
+	// stopDirect ends the waits on pause-less pods' shims (exit_direct.go); nil when
+	// none run.
+	directMu   sync.Mutex
+	stopDirect context.CancelFunc
 }
 
 // TaskExit is told of every task exit in shimd's namespace by the event monitor

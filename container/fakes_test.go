@@ -412,6 +412,10 @@ func (f *fakePods) PausePID(_ context.Context, id string) uint32 {
 	return 0
 }
 
+func (f *fakePods) PodShimSocket(id string) (string, error) {
+	return "", fmt.Errorf("shim of %s: %w", id, errdefs.ErrNotFound)
+}
+
 func (f *fakePods) Pods() []pod.Pod {
 	var out []pod.Pod
 	for _, sb := range f.sbs {

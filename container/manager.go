@@ -33,6 +33,8 @@ type Pods interface {
 	// now when recovery could not tell it (its shim did not answer in time); 0 when
 	// it is still not known, or none runs.
 	PausePID(ctx context.Context, id string) uint32
+	// PodShimSocket finds the socket of a pause-less pod's shim.
+	PodShimSocket(id string) (string, error)
 }
 
 // containerdAPI is the part of the containerd client that creating, starting and

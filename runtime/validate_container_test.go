@@ -282,6 +282,10 @@ func (f *fakeSandboxes) Pods() []pod.Pod { return nil }
 
 func (f *fakeSandboxes) PausePID(context.Context, string) uint32 { return 0 }
 
+func (f *fakeSandboxes) PodShimSocket(id string) (string, error) {
+	return "", fmt.Errorf("shim of %s: %w", id, errdefs.ErrNotFound)
+}
+
 // Every RPC a unified map enters by refuses a bad one with InvalidArgument, the code
 // the server's interceptor sends (errgrpc), before it asks for the pod or makes,
 // records or looks anything up (UpdateContainerResources would be NotFound).

@@ -430,3 +430,21 @@ func exited(pid int) bool {
 func isUnimplemented(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "not implemented") || strings.Contains(err.Error(), "Unimplemented"))
 }
+
+// PodShimSocket finds the socket of the shim that runs a pause-less pod's containers:
+// the shim that listens on the pod's grouping socket (runc's shim groups a pod's
+// containers by the sandbox-id annotation). The container package asks it for exits
+// while containerd is away (container.Exits.Live).
+func (m *Manager) PodShimSocket(id string) (string, error) {
+	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
+	if err != nil {
+		return "", err
+	}
+	name := shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, id)
+	for _, s := range shims {
+		if _, ok := shimGroup(s.pid, map[string]string{name: id}); ok {
+			return listeningSocket(s.pid, name)
+		}
+	}
+	return "", fmt.Errorf("no shim of pod %s: %w", id, os.ErrNotExist)
+}

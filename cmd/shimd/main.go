@@ -324,7 +324,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Delete: []taskevents.DeleteHandler{containers.Exits().TaskDelete},
 		Resync: []func(context.Context){sandboxes.Resync, containers.Exits().Resync, sandboxes.SweepLive, deleteAbandonedLeases},
 		Images: []func(){images.ImagesChanged},
-		Live:   []func(bool){images.EventsLive},
+		Live:   []func(bool){images.EventsLive, containers.Exits().Live},
 	})
 	w := wiring{sandboxes: sandboxes, containers: containers, runtime: rs, images: images, events: events, stopCDI: stopCDI, cleanups: cleanups}
 	if plugins != nil {

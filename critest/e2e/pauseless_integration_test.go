@@ -384,3 +384,44 @@ func TestPauselessPodStatsList(t *testing.T) {
 	stopRemove(t, rs, pod.id)
 	env.CheckNoLeaks(t)
 }
+
+// A container of a pause-less pod that exits while containerd is down, the last
+// running task of its pod's shim, keeps its own exit code. containerd, when it starts
+// again, takes such a shim for a leaked one and shuts it down with the exit event it
+// had queued; shimd asks the pod's shim itself while containerd is away
+// (container/exit_direct.go). A second pod's container exits after containerd is
+// back, through the events as usual.
+func TestPauselessExitWhileContainerdDown(t *testing.T) {
+	env, rs := pauselessEnv(t)
+	ctl := t.TempDir()
+	waiter := func(pod *podFixture, name string) *runtimeapi.ContainerConfig {
+		c := plContainer(pod, name, "sh", "-c", "while [ ! -e /ctl/"+name+" ]; do sleep 0.1; done; exit 3")
+		c.Mounts = []*runtimeapi.Mount{{HostPath: ctl, ContainerPath: "/ctl"}}
+		return c
+	}
+	down := plPod(t, rs, podConfig("exitdown"))
+	a := down.run(waiter(down, "a"))
+	later := plPod(t, rs, podConfig("exitlater"))
+	b := later.run(waiter(later, "b"))
+
+	env.Containerd.Kill()
+	require.NoError(t, os.WriteFile(filepath.Join(ctl, "a"), nil, 0o644))
+	time.Sleep(2 * time.Second) // a exits while containerd is down
+	env.Containerd.Restart(t)
+	waitRuntimeReady(t, rs) // shimd reaches containerd again, as the kubelet waits for
+	require.NoError(t, os.WriteFile(filepath.Join(ctl, "b"), nil, 0o644))
+
+	for _, id := range []string{a, b} {
+		var st *runtimeapi.ContainerStatus
+		require.Eventually(t, func() bool {
+			st = containerStatus(t, rs, id)
+			return st.State == runtimeapi.ContainerState_CONTAINER_EXITED
+		}, time.Minute, 100*time.Millisecond, "container %s exits", id)
+		require.EqualValues(t, 3, st.ExitCode, "exit code of %s (%s)", id, st.Reason)
+		require.Equal(t, "Error", st.Reason)
+	}
+	for _, p := range []*podFixture{down, later} {
+		stopRemove(t, rs, p.id)
+	}
+	env.CheckNoLeaks(t)
+}
