@@ -74,8 +74,9 @@ type CNIConfig struct {
 type SandboxConfig struct {
 	// Image is the pause image; empty means the built-in one.
 	Image string `toml:"image"`
-	// Pause is "always" (every pod has a pause container) or "when-needed" (pods
-	// that need none get none: see sandbox/pauseless.go).
+	// Pause is "when-needed" (the default: pods that need no pause container get
+	// none, see sandbox/pauseless.go; CRI-O's drop_infra_ctr, on by default there
+	// too) or "always" (every pod has a pause container, as containerd's CRI plugin).
 	Pause string `toml:"pause"`
 }
 
@@ -199,7 +200,7 @@ func DefaultConfig() Config {
 			BinDirs:  []string{"/opt/cni/bin", "/usr/lib/cni"},
 			CacheDir: "/var/lib/shimd/cni",
 		},
-		Sandbox: SandboxConfig{Pause: "always"},
+		Sandbox: SandboxConfig{Pause: "when-needed"},
 		Runtimes: map[string]RuntimeConfig{
 			"runc": {Type: "io.containerd.runc.v2"},
 		},

@@ -34,8 +34,11 @@ func TestLoadConfig(t *testing.T) {
 		{name: "bad log level", file: "log_level = \"loud\"\n", wantErr: "config key log_level"},
 		{name: "bad cgroup driver", file: "cgroup_driver = \"cgroupv3\"\n", wantErr: "config key cgroup_driver"},
 		{name: "bad pause mode", file: "[sandbox]\npause = \"never\"\n", wantErr: "config key sandbox.pause"},
-		{name: "pause when needed", file: "[sandbox]\npause = \"when-needed\"\n", check: func(t *testing.T, c Config) {
+		{name: "pause when needed by default", file: "", check: func(t *testing.T, c Config) {
 			require.Equal(t, "when-needed", c.Sandbox.Pause)
+		}},
+		{name: "pause always", file: "[sandbox]\npause = \"always\"\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, "always", c.Sandbox.Pause)
 		}},
 		{name: "k8s.io namespace", file: "[containerd]\nnamespace = \"k8s.io\"\n", wantErr: "config key containerd.namespace"},
 		{name: "undefined default runtime", file: "default_runtime = \"kata\"\n", wantErr: "config key default_runtime"},

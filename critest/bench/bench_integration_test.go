@@ -88,15 +88,16 @@ func contentionFromEnv(b testing.TB) {
 }
 
 // pauseMode is shimd's sandbox.pause in the benchmarks: BENCH_PAUSE, else the
-// harness's SHIMD_PAUSE, else shimd's default. containerd's CRI plugin always runs a
-// pause container.
+// harness's SHIMD_PAUSE, else shimd's default ("when-needed": the benchmarks' pods,
+// like the kubelet's, need no pause). BENCH_PAUSE=always gives every shimd pod a
+// pause container; containerd's CRI plugin always runs one.
 func pauseMode() string {
 	for _, v := range []string{os.Getenv("BENCH_PAUSE"), harness.PauseMode()} {
 		if v != "" {
 			return v
 		}
 	}
-	return "always"
+	return "when-needed"
 }
 
 // target is one CRI runtime under test and the latencies measured on it.

@@ -61,7 +61,10 @@ func pausePodConfig(name string) *runtimeapi.PodSandboxConfig {
 // suiteNS are the namespace options of the suite's pods and containers: none (the
 // CRI's zero value: the pod's PID namespace is shared, which needs a pause process),
 // or, when the suite runs with SHIMD_PAUSE=when-needed, a PID namespace per container,
-// as the kubelet asks for, so that the pods run without a pause process.
+// as the kubelet asks for, so that the pods run without a pause process. shimd's
+// default mode is when-needed, and the kubelet, cluster and conformance suites run
+// its pods pause-less; this suite's pods keep their pause unless asked, so that the
+// pause container's paths are proven on every run too.
 func suiteNS() *runtimeapi.NamespaceOption {
 	if harness.PauseMode() == "when-needed" {
 		return &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}

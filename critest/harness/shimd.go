@@ -57,7 +57,7 @@ type ShimdOptions struct {
 	Runsc bool
 	// Pause is sandbox.pause ("always" or "when-needed"). Empty: $SHIMD_PAUSE, so that
 	// whole suites run in either mode; unset, the key is left out (shimd's default,
-	// "always").
+	// "when-needed").
 	Pause string
 }
 
@@ -204,11 +204,8 @@ func (s *Shimd) PinDirs() []string {
 	return out
 }
 
-// Pause is the sandbox.pause this shimd runs with ("" = shimd's default, "always").
+// Pause is the sandbox.pause this shimd runs with ("" = shimd's default, "when-needed").
 func (s *Shimd) Pause() string { return s.pause }
-
-// Pauseless tells whether this shimd runs pods without a pause container when it can.
-func (s *Shimd) Pauseless() bool { return s.pause == "when-needed" }
 
 // Namespace is shimd's containerd namespace.
 func (s *Shimd) Namespace() string { return s.ns }

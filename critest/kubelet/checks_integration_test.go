@@ -62,7 +62,8 @@ func (s *e2e) containers(t testing.TB, sandboxID string) []*runtimeapi.Container
 }
 
 // pauseless tells whether shimd runs the pod without a pause process (its verbose
-// status says so; SHIMD_PAUSE=when-needed, for a pod that shares no PID namespace).
+// status says so; shimd's default, when-needed, for a pod that shares no PID
+// namespace).
 func (s *e2e) pauseless(t testing.TB, sandboxID string) bool {
 	t.Helper()
 	resp, err := s.rt.PodSandboxStatus(ctxT(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxID, Verbose: true})

@@ -239,12 +239,13 @@ func (s *e2e) stepShare(t *testing.T) {
 
 	// The kubelet's pod cgroup (cgroupfs driver, BestEffort QoS) holds the
 	// sandbox's and the running containers' cgroups, named by their ids.
-	// A pause-less pod (SHIMD_PAUSE=when-needed: the pod shares no PID namespace)
-	// has no sandbox cgroup, only the kubelet's pod cgroup with the containers'.
+	// A pause-less pod (shimd's default, when-needed: the pod shares no PID
+	// namespace) has no sandbox cgroup, only the kubelet's pod cgroup with the
+	// containers'.
 	podCgroup := filepath.Join("/sys/fs/cgroup/memory/kubepods/besteffort", "pod"+string(pod.UID))
 	ids := []string{criID(containerStatus(pod, "writer").ContainerID), criID(containerStatus(pod, "reader").ContainerID)}
 	pauseless := s.pauseless(t, sb.Id)
-	if want := s.env.Shimd.Pause() == "when-needed"; pauseless != want {
+	if want := s.env.Shimd.Pause() != "always"; pauseless != want {
 		harness.Errorf(t, "pod share runs pause-less: %v, want %v (sandbox.pause %q)", pauseless, want, s.env.Shimd.Pause())
 	}
 	if pauseless {
