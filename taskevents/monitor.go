@@ -53,7 +53,8 @@ type Options struct {
 	// Images is told of every change of an image record in the namespace.
 	Images []func()
 	// Live is told true after every (re)subscription, before Resync, and false when
-	// the stream broke: what changed meanwhile was never published.
+	// the stream broke: what changed meanwhile was never published. Not told when the
+	// monitor itself stops.
 	Live []func(bool)
 }
 
@@ -109,12 +110,13 @@ func (m *Monitor) follow(ctx context.Context) (gotEvents bool) {
 				m.dispatch(env)
 			}
 		case err := <-errs:
+			if ctx.Err() != nil {
+				return gotEvents // the monitor stops (shutdown): nothing to tell
+			}
 			for _, h := range m.opts.Live {
 				h(false)
 			}
-			if ctx.Err() == nil {
-				log.G(ctx).WithError(err).Warn("containerd event stream broke; subscribing again")
-			}
+			log.G(ctx).WithError(err).Warn("containerd event stream broke; subscribing again")
 			return gotEvents
 		}
 	}

@@ -117,6 +117,7 @@ func TestMonitor(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
+	require.Len(t, seen(), 18, "the monitor's own stop tells no handler: %q", seen())
 }
 
 // failingEvents refuses the first n subscriptions at once, as containerd's client

@@ -50,6 +50,15 @@ func listProcs() ([]procInfo, error) {
 	return out, nil
 }
 
+// ParentPID is the parent of process pid, from /proc (0 if it is gone).
+func ParentPID(pid int) int {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	return parseStatPPID(stat)
+}
+
 // parseStatPPID reads field 4 of /proc/PID/stat; the command name in
 // parentheses may hold spaces and parentheses.
 func parseStatPPID(stat []byte) int {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,7 +114,7 @@ func (s *e2e) shimsBut(t *testing.T, skip string) []int {
 		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			continue
 		}
-		if ppid := parentPID(s.containerPID(t, c.Id)); ppid > 0 {
+		if ppid := harness.ParentPID(s.containerPID(t, c.Id)); ppid > 0 {
 			skipPIDs[ppid] = true
 		}
 	}
@@ -141,21 +140,6 @@ func (s *e2e) containerPID(t *testing.T, id string) int {
 		harness.Fatalf(t, "ContainerStatus %s info: %v", id, err)
 	}
 	return info.Pid
-}
-
-// parentPID is the parent of process pid (0 if it is gone).
-func parentPID(pid int) int {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
 }
 
 // shimID is the -id argument of shim pid: the sandbox id of a pod's shim.
