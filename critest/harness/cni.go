@@ -8,10 +8,11 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // CNIBinDir is where Debian's containernetworking-plugins (v1.1.1) live.
@@ -164,15 +165,19 @@ func (n *CNINetwork) claimSubnet(want string) error {
 }
 
 func (n *CNINetwork) createBridge() error {
+	// Through netlink, not ip(8): hosts without iproute2 (the many-core cgroup v2
+	// test machine) run the harness too.
 	ones, _ := n.Subnet.Mask.Size()
-	for _, args := range [][]string{
-		{"link", "add", n.Bridge, "type", "bridge"},
-		{"addr", "add", fmt.Sprintf("%s/%d", n.Gateway, ones), "dev", n.Bridge},
-		{"link", "set", n.Bridge, "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: n.Bridge}}
+	if err := netlink.LinkAdd(br); err != nil {
+		return fmt.Errorf("adding bridge %s: %w", n.Bridge, err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: n.Gateway, Mask: net.CIDRMask(ones, 32)}}
+	if err := netlink.AddrAdd(br, addr); err != nil {
+		return fmt.Errorf("adding %s to %s: %w", addr.IPNet, n.Bridge, err)
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		return fmt.Errorf("setting %s up: %w", n.Bridge, err)
 	}
 	return nil
 }
@@ -191,17 +196,17 @@ func subnetInUse(ipn *net.IPNet) (string, error) {
 			}
 		}
 	}
-	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	// Every table's IPv4 routes, as "ip -4 route show table all" lists them.
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return "", fmt.Errorf("ip route: %w", err)
+		return "", fmt.Errorf("listing routes: %w", err)
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] == "default" {
-			continue
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.IP.IsUnspecified() {
+			continue // a default route
 		}
-		if ip, rn, err := net.ParseCIDR(f[0]); err == nil && (ipn.Contains(ip) || rn.Contains(ipn.IP)) {
-			return "route " + line, nil
+		if ipn.Contains(r.Dst.IP) || r.Dst.Contains(ipn.IP) {
+			return "route " + r.String(), nil
 		}
 	}
 	return "", nil
@@ -215,8 +220,8 @@ func (n *CNINetwork) cleanup(t testing.TB) {
 		}
 	}
 	if _, err := net.InterfaceByName(n.Bridge); err == nil {
-		if out, err := exec.Command("ip", "link", "del", n.Bridge).CombinedOutput(); err != nil {
-			t.Errorf("harness: ip link del %s: %v: %s", n.Bridge, err, out)
+		if err := netlink.LinkDel(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: n.Bridge}}); err != nil {
+			t.Errorf("harness: deleting bridge %s: %v", n.Bridge, err)
 		}
 	}
 }

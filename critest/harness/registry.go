@@ -71,12 +71,20 @@ var imageSet struct {
 // unless it is up to date, once per test binary, by running
 // "go run ./critest/images/cmd/mkimages" in the repository (seconds when
 // nothing changed, about two minutes on a machine that never built
-// busybox), and returns the storage directory.
+// busybox), and returns the storage directory. With SHIMD_IMAGES_PREBUILT=1 it
+// builds nothing and uses the storage as it is: for hosts without the Go
+// toolchain, which get a copy of a storage built elsewhere.
 func EnsureImages(t testing.TB) string {
 	t.Helper()
 	s := &imageSet
 	s.once.Do(func() {
 		s.storage = or(os.Getenv("SHIMD_REGISTRY_STORAGE"), DefaultRegistryStorage)
+		if os.Getenv("SHIMD_IMAGES_PREBUILT") == "1" {
+			if _, err := os.Stat(s.storage); err != nil {
+				s.err = fmt.Errorf("SHIMD_IMAGES_PREBUILT=1: %w", err)
+			}
+			return
+		}
 		root, err := RepoRoot()
 		if err != nil {
 			s.err = err

@@ -1,0 +1,37 @@
+#!/bin/bash
+# Runs the burst and density benchmarks (critest/bench) on a host prepared by
+# nothing but this script: the many-core cgroup v2 machine, which has no Go, iproute2,
+# systemd or network. Run it as root from the repository root, with .manycore/ made by
+# hack/manycore/bundle.sh. Logs go to $OUT (default /tmp/manycore-out).
+# MC_BURST (default 100,200), MC_BURST_ROUNDS (2), MC_POLL (250), MC_POLL_WINDOW (60s),
+# MC_BURST_ALWAYS (100; empty skips the pause = "always" burst), MC_TIMEOUT (seconds
+# each benchmark may run, 300).
+set -u
+OUT=${OUT:-/tmp/manycore-out}; mkdir -p "$OUT"
+B=$PWD/.manycore; W=/tmp/shimd-manycore
+rm -rf "$W"; mkdir -p "$W"
+if command -v xz >/dev/null; then xz -dc "$B/bundle.tar.xz"; else "$B/busybox" xz -dc "$B/bundle.tar.xz"; fi | tar -C "$W" -xf - || exit 1
+mkdir -p "$W/tools/bin" /usr/lib/cni
+cp "$W"/bin/* "$W/tools/bin/"
+for p in "$W"/cni/*; do [ -e "/usr/lib/cni/${p##*/}" ] || cp "$p" /usr/lib/cni/; done
+[ -e /usr/bin/docker-registry ] || cp "$W/docker-registry" /usr/bin/docker-registry
+export SHIMD_TOOLS=$W/tools SHIMD_BIN=$W/shimd SHIMD_REGISTRY_STORAGE=$W/reg SHIMD_IMAGES_PREBUILT=1
+{
+	echo "commit $(cat "$W/commit"), $(date -u +%FT%TZ)"
+	echo "host: kernel $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {print int($2/1048576) " GiB"}' /proc/meminfo), /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgroup), PID 1: $(cat /proc/1/comm)"
+	grep -m1 'model name' /proc/cpuinfo
+	"$W/tools/bin/containerd" --version; "$W/tools/bin/runc" --version | head -1
+} >"$OUT/host.txt" 2>&1
+cat "$OUT/host.txt"
+bench() { # name, -bench regexp, env...
+	local name=$1 re=$2; shift 2
+	echo "== $name: $*"
+	env "$@" timeout -k 10 "${MC_TIMEOUT:-300}" "$W/bench.test" -test.run '^$' -test.bench "$re" -test.benchtime 1x -test.v -test.timeout 30m >"$OUT/$name.log" 2>&1
+	echo "== $name: rc=$? in ${SECONDS}s total"
+	grep -E '^(burst|polling|shimd|containerd|---|ok|FAIL|PASS)|ratio|x$' "$OUT/$name.log" | head -80
+}
+bench burst Burst BENCH_BURST_PODS="${MC_BURST:-100,200}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
+bench poll Polling POLL_PODS="${MC_POLL:-250}" POLL_WINDOW="${MC_POLL_WINDOW:-60s}"
+if [ -n "${MC_BURST_ALWAYS-100}" ]; then
+	bench burst-always Burst BENCH_PAUSE=always BENCH_BURST_PODS="${MC_BURST_ALWAYS:-100}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
+fi
