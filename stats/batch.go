@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
@@ -23,9 +25,10 @@ import (
 // at once, in one call made on the first need (containerd asks each shim in turn):
 // each task is read once, for its container's figures and for its pod's sum. A nil
 // pass is a call about one pod or container: each task is read on its own.
+// A pass is shared by the goroutines of one list call (eachBounded).
 type metricsPass struct {
-	loaded bool
-	all    map[string]*types.Metric // nil: containerd's call failed; read one by one
+	once sync.Once
+	all  map[string]*types.Metric // nil: containerd's call failed; read one by one
 }
 
 // newPass starts a pass; containerd is asked only if some task needs it.
@@ -34,8 +37,7 @@ func (s *Collector) newPass() *metricsPass { return &metricsPass{} }
 // metrics is containerd's metrics of task id from the pass: read for all tasks the
 // first time. ok is false when that read failed (then ask for the task alone).
 func (s *Collector) metrics(ctx context.Context, p *metricsPass, id string) (m *types.Metric, ok bool) {
-	if !p.loaded {
-		p.loaded = true
+	p.once.Do(func() {
 		resp, err := s.opts.Client.TaskService().Metrics(ctx, &tasksapi.MetricsRequest{})
 		if err != nil {
 			log.G(ctx).WithError(errgrpc.ToNative(err)).Warn("stats: metrics of all tasks; reading one by one")
@@ -45,7 +47,7 @@ func (s *Collector) metrics(ctx context.Context, p *metricsPass, id string) (m *
 				p.all[m.ID] = m
 			}
 		}
-	}
+	})
 	if p.all == nil {
 		return nil, false
 	}
@@ -100,7 +102,7 @@ func (s *Collector) directSample(id string, pid uint32) (cgroupSample, error) {
 }
 
 // ListPodStats is PodStats of each pod, with one metrics read for all tasks and one
-// listing of the containers.
+// listing of the containers; the pods are sampled by a few goroutines (eachBounded).
 func (s *Collector) ListPodStats(ctx context.Context, pods []pod.Pod) []*runtimeapi.PodSandboxStats {
 	if len(pods) == 0 {
 		return nil
@@ -110,26 +112,61 @@ func (s *Collector) ListPodStats(ctx context.Context, pods []pod.Pod) []*runtime
 	for _, c := range s.opts.Containers.StatsOf("") {
 		byPod[c.SandboxID] = append(byPod[c.SandboxID], c)
 	}
-	out := make([]*runtimeapi.PodSandboxStats, 0, len(pods))
-	for _, sb := range pods {
-		out = append(out, s.podStats(ctx, p, sb, byPod[sb.ID]))
-	}
+	out := make([]*runtimeapi.PodSandboxStats, len(pods))
+	eachBounded(len(pods), func(i int) {
+		out[i] = s.podStats(ctx, p, pods[i], byPod[pods[i].ID])
+	})
 	return out
 }
 
 // ListContainerStats is ContainerStats of each container, with one metrics read for
-// all tasks.
+// all tasks, sampled by a few goroutines (eachBounded).
 func (s *Collector) ListContainerStats(ctx context.Context, cs []Container) []*runtimeapi.ContainerStats {
 	if len(cs) == 0 {
 		return nil
 	}
 	p := s.newPass()
-	out := make([]*runtimeapi.ContainerStats, 0, len(cs))
-	for _, c := range cs {
-		st, _ := s.containerStats(ctx, p, c)
-		out = append(out, st)
-	}
+	out := make([]*runtimeapi.ContainerStats, len(cs))
+	eachBounded(len(cs), func(i int) {
+		out[i], _ = s.containerStats(ctx, p, cs[i])
+	})
 	return out
+}
+
+// A list call's samples are file reads (cgroup files, /proc/<pid>/net/dev), a few
+// hundred microseconds per pod, all in the kernel. In series, 250 pods took 71 ms on
+// a 16-core cgroup v2 host, where containerd's CRI plugin, one goroutine per pod,
+// took 40 ms. eachBounded spreads them over one goroutine per CPU, at most
+// maxListWorkers, with at least minItemsPerWorker items each, so that a call about a
+// few pods stays on its own goroutine and a big node's call uses its cores without a
+// goroutine per pod.
+const (
+	maxListWorkers    = 16
+	minItemsPerWorker = 8
+)
+
+// eachBounded calls f(0..n-1), each once, from up to min(GOMAXPROCS, maxListWorkers,
+// n/minItemsPerWorker) goroutines, and returns when all calls have.
+func eachBounded(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), maxListWorkers, n/minItemsPerWorker)
+	if workers <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // layerUsageTTL is how old a writable layer's usage may be before it is measured
