@@ -4,8 +4,9 @@
 # systemd or network. Run it as root from the repository root, with .manycore/ made by
 # hack/manycore/bundle.sh. Logs go to $OUT (default /tmp/manycore-out).
 # MC_BURST (default 100,200), MC_BURST_ROUNDS (2), MC_POLL (250), MC_POLL_WINDOW (60s),
-# MC_BURST_ALWAYS (100; empty skips the pause = "always" burst), MC_TIMEOUT (seconds
-# each benchmark may run, 300).
+# MC_BURST_ALWAYS (100: a burst with pause = "always"), MC_TIMEOUT (seconds each
+# benchmark may run, 300). An MC_BURST, MC_POLL or MC_BURST_ALWAYS set empty skips
+# that benchmark.
 set -u
 OUT=${OUT:-/tmp/manycore-out}; mkdir -p "$OUT"
 B=$PWD/.manycore; W=/tmp/shimd-manycore
@@ -30,8 +31,12 @@ bench() { # name, -bench regexp, env...
 	echo "== $name: rc=$? in ${SECONDS}s total"
 	grep -E '^(burst|polling|shimd|containerd|---|ok|FAIL|PASS)|ratio|x$' "$OUT/$name.log" | head -80
 }
-bench burst Burst BENCH_BURST_PODS="${MC_BURST:-100,200}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
-bench poll Polling POLL_PODS="${MC_POLL:-250}" POLL_WINDOW="${MC_POLL_WINDOW:-60s}"
+if [ -n "${MC_BURST-100,200}" ]; then
+	bench burst Burst BENCH_BURST_PODS="${MC_BURST-100,200}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
+fi
+if [ -n "${MC_POLL-250}" ]; then
+	bench poll Polling POLL_PODS="${MC_POLL-250}" POLL_WINDOW="${MC_POLL_WINDOW:-60s}"
+fi
 if [ -n "${MC_BURST_ALWAYS-100}" ]; then
-	bench burst-always Burst BENCH_PAUSE=always BENCH_BURST_PODS="${MC_BURST_ALWAYS:-100}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
+	bench burst-always Burst BENCH_PAUSE=always BENCH_BURST_PODS="${MC_BURST_ALWAYS-100}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
 fi
