@@ -2,7 +2,6 @@ package container
 
 import (
 	"context"
-	"net"
 	"sync"
 	"time"
 
@@ -10,9 +9,9 @@ import (
 	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/ctrd"
 )
 
 // Exits while containerd is away. The exit of a container is known only to its
@@ -86,11 +85,10 @@ func (x *Exits) waitShim(ctx context.Context, podID string, cs []*Container) err
 	if err != nil {
 		return err
 	}
-	conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "unix", sock)
+	tc, err := ctrd.DialShim(ctx, sock)
 	if err != nil {
 		return err
 	}
-	tc := ttrpc.NewClient(conn)
 	defer tc.Close()
 	var wg sync.WaitGroup
 	for _, c := range cs {
@@ -119,7 +117,7 @@ func shimWait(ctx context.Context, tc *ttrpc.Client, id string) (uint32, time.Ti
 	if err == nil {
 		return r3.ExitStatus, r3.ExitedAt.AsTime(), nil
 	}
-	if !shimUnimplemented(err) {
+	if !ctrd.ShimLacksV3(err) {
 		return 0, time.Time{}, err
 	}
 	r2, err := taskv2.NewTTRPCTaskClient(tc).Wait(ctx, &taskv2.WaitRequest{ID: id})
@@ -128,6 +126,3 @@ func shimWait(ctx context.Context, tc *ttrpc.Client, id string) (uint32, time.Ti
 	}
 	return r2.ExitStatus, r2.ExitedAt.AsTime(), nil
 }
-
-// shimUnimplemented: a shim of containerd 1.6 does not serve task API v3.
-func shimUnimplemented(err error) bool { return status.Code(err) == codes.Unimplemented }

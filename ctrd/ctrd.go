@@ -5,7 +5,8 @@
 // times and asks the snapshotter for the mounts once more), although shimd made the
 // record itself and holds what it needs; every read is a round trip that costs CPU
 // in shimd and containerd and time on the pod start's path. The sandbox and container
-// managers share these calls; the record format itself is package record's.
+// managers share these calls, and the few they make straight to a shim (shim.go); the
+// record format itself is package record's.
 package ctrd
 
 import (

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,7 +18,6 @@ import (
 	taskv2 "github.com/containerd/containerd/api/runtime/task/v2"
 	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/log"
-	"github.com/containerd/ttrpc"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shimd/shimd/cleanup"
@@ -281,15 +279,13 @@ func (m *Manager) stopShim(ctx context.Context, s shimProc) error {
 	if err != nil {
 		return err
 	}
-	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
+	tc, err := ctrd.DialShim(cctx, sock)
 	if err != nil {
-		return fmt.Errorf("connect to shim: %w", err)
+		return err
 	}
-	tc := ttrpc.NewClient(conn)
 	defer tc.Close()
-	// containerd 2.x shims serve task API v3, 1.6 shims v2.
 	_, callErr := taskv3.NewTTRPCTaskClient(tc).Delete(cctx, &taskv3.DeleteRequest{ID: s.id})
-	if isUnimplemented(callErr) {
+	if ctrd.ShimLacksV3(callErr) {
 		v2 := taskv2.NewTTRPCTaskClient(tc)
 		_, callErr = v2.Delete(cctx, &taskv2.DeleteRequest{ID: s.id})
 		_, _ = v2.Shutdown(cctx, &taskv2.ShutdownRequest{ID: s.id, Now: true})
@@ -425,10 +421,6 @@ func exited(pid int) bool {
 	rest := stat[bytes.LastIndexByte(stat, ')')+1:]
 	f := strings.Fields(string(rest))
 	return len(f) > 0 && f[0] == "Z"
-}
-
-func isUnimplemented(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "not implemented") || strings.Contains(err.Error(), "Unimplemented"))
 }
 
 // PodShimSocket finds the socket of the shim that runs a pause-less pod's containers:
