@@ -389,8 +389,8 @@ func TestPauselessPodStatsList(t *testing.T) {
 // running task of its pod's shim, keeps its own exit code. containerd, when it starts
 // again, takes such a shim for a leaked one and shuts it down with the exit event it
 // had queued; shimd asks the pod's shim itself while containerd is away
-// (container/exit_direct.go). A second pod's container exits after containerd is
-// back, through the events as usual.
+// (container/exit_direct.go), so the exit shows before containerd is back. A second
+// pod's container exits after containerd is back, through the events as usual.
 func TestPauselessExitWhileContainerdDown(t *testing.T) {
 	env, rs := pauselessEnv(t)
 	ctl := t.TempDir()
@@ -406,7 +406,12 @@ func TestPauselessExitWhileContainerdDown(t *testing.T) {
 
 	env.Containerd.Kill()
 	require.NoError(t, os.WriteFile(filepath.Join(ctl, "a"), nil, 0o644))
-	time.Sleep(2 * time.Second) // a exits while containerd is down
+	// a exits while containerd is down. Only its shim knows, and shimd asks it: the
+	// exit shows before containerd is back (task API v3 on 2.x shims, v2 on 1.6's).
+	require.Eventually(t, func() bool {
+		st := containerStatus(t, rs, a)
+		return st.State == runtimeapi.ContainerState_CONTAINER_EXITED && st.ExitCode == 3
+	}, 30*time.Second, 100*time.Millisecond, "a's exit, told by its shim while containerd is down")
 	env.Containerd.Restart(t)
 	waitRuntimeReady(t, rs) // shimd reaches containerd again, as the kubelet waits for
 	require.NoError(t, os.WriteFile(filepath.Join(ctl, "b"), nil, 0o644))

@@ -200,18 +200,22 @@ func (c *Containerd) Kill() { c.proc.kill() }
 func (c *Containerd) Restart(t testing.TB) {
 	t.Helper()
 	c.proc.stop()
-	if err := c.proc.start(); err != nil {
+	if err := c.startAndWait(); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
-	err := c.proc.waitReady(readyTimeout, func() error {
+}
+
+// startAndWait starts the daemon and waits until it answers.
+func (c *Containerd) startAndWait() error {
+	if err := c.proc.start(); err != nil {
+		return err
+	}
+	return c.proc.waitReady(readyTimeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_, err := c.version(ctx)
 		return err
 	})
-	if err != nil {
-		t.Fatalf("harness: %v", err)
-	}
 }
 
 func (c *Containerd) version(ctx context.Context) (client.Version, error) {
@@ -239,6 +243,14 @@ func (c *Containerd) Client(t testing.TB) *client.Client {
 // leak check has already reported them), so no shim outlives the test,
 // then stops the daemon.
 func (c *Containerd) shutdown(t testing.TB) {
+	if c.proc.pid() == 0 && c.proc.started() {
+		// The test ended while containerd was down: it killed containerd and failed
+		// before starting it again. Its shims, and the containers in them, would
+		// outlive the test. containerd, started again, finds them for the purge.
+		if err := c.startAndWait(); err != nil {
+			t.Logf("harness: starting containerd again to clean up: %v", err)
+		}
+	}
 	if c.proc.pid() != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if err := c.purge(ctx); err != nil {

@@ -92,6 +92,13 @@ func (d *daemon) pid() int {
 	return d.cmd.Process.Pid
 }
 
+// started tells whether the process was ever started.
+func (d *daemon) started() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cmd != nil
+}
+
 // exited returns a channel closed when the current process has exited.
 func (d *daemon) exited() <-chan struct{} {
 	d.mu.Lock()
