@@ -145,7 +145,8 @@ func takeProfile(sock, kind string, d time.Duration, file string) error {
 // split of its RSS (/proc/PID/smaps_rollup: anonymous, file-backed) and, for each
 // debug socket, the Go heap profile after a collection (in use by allocation site)
 // and the runtime's memory statistics (heap?debug=1: heap in use and idle, stacks,
-// what was returned to the kernel), to <tg.name>-<label>-<daemon>.{smaps,heap.pprof,heap.txt}.
+// what was returned to the kernel), and its goroutines counted by stack, to
+// <tg.name>-<label>-<daemon>.{smaps,heap.pprof,heap.txt,goroutines.txt}.
 func snapshotMemory(b *testing.B, tg *target, pids []int, dir, label string) {
 	b.Helper()
 	names := []string{"containerd"}
@@ -161,9 +162,13 @@ func snapshotMemory(b *testing.B, tg *target, pids []int, dir, label string) {
 		}
 	}
 	for _, s := range tg.debugSocks {
-		for file, query := range map[string]string{".heap.pprof": "gc=1", ".heap.txt": "debug=1"} {
-			if err := fetchDebug(s.path, "/debug/pprof/heap?"+query, time.Minute, base(s.daemon)+file); err != nil {
-				b.Logf("heap profile of %s: %v", s.daemon, err)
+		for file, path := range map[string]string{
+			".heap.pprof":     "/debug/pprof/heap?gc=1",
+			".heap.txt":       "/debug/pprof/heap?debug=1",
+			".goroutines.txt": "/debug/pprof/goroutine?debug=1",
+		} {
+			if err := fetchDebug(s.path, path, time.Minute, base(s.daemon)+file); err != nil {
+				b.Logf("%s of %s: %v", path, s.daemon, err)
 			}
 		}
 	}
