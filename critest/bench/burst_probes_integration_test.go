@@ -38,12 +38,15 @@ func shimdSideSocks(containerdDebug string) []debugSock {
 // write transaction commits with an fdatasync) with `perf stat`; BENCH_PROFILE_DIR
 // takes a CPU profile of each daemon with a debug socket over the first
 // BENCH_PROFILE_SECONDS (default 15) of every burst start and teardown, and with BENCH_CONTENTION=1
-// its block and mutex profiles over the same seconds (contentionFromEnv).
+// its block and mutex profiles over the same seconds (contentionFromEnv), and with
+// BENCH_TRACE=1 shimd's execution trace (`go tool trace`; -pprof=sched gives where
+// goroutines waited for a CPU).
 type burstProbes struct {
 	syncs      bool
 	profileDir string
 	profileFor time.Duration
 	contention bool
+	trace      bool
 }
 
 func burstProbesFromEnv() burstProbes {
@@ -52,6 +55,7 @@ func burstProbesFromEnv() burstProbes {
 		profileDir: os.Getenv("BENCH_PROFILE_DIR"),
 		profileFor: time.Duration(envInt("BENCH_PROFILE_SECONDS", 15)) * time.Second,
 		contention: os.Getenv("BENCH_CONTENTION") == "1",
+		trace:      os.Getenv("BENCH_TRACE") == "1",
 	}
 }
 
@@ -76,9 +80,17 @@ func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) fun
 			kinds = append(kinds, "block", "mutex")
 		}
 		for _, s := range tg.debugSocks {
+			kinds := kinds
+			if p.trace && s.daemon == "shimd" {
+				kinds = append(kinds[:len(kinds):len(kinds)], "trace")
+			}
 			for _, kind := range kinds {
 				suffix := ".pprof"
-				if kind != "profile" {
+				switch kind {
+				case "profile":
+				case "trace":
+					suffix = ".trace"
+				default:
 					suffix = "." + kind + ".pprof"
 				}
 				name := filepath.Join(p.profileDir, fmt.Sprintf("%s-%s-%s%s", tg.name, strings.ReplaceAll(phase, " ", "-"), s.daemon, suffix))
@@ -133,7 +145,7 @@ func countSyncs(b *testing.B, who string, pid, pods int) func() string {
 	}
 }
 
-// takeProfile writes the profile kind ("profile" for CPU, "block", "mutex") of the
+// takeProfile writes the profile kind ("profile" for CPU, "block", "mutex", "trace") of the
 // daemon behind the debug socket sock, over the next d (for block and mutex, the
 // difference between two snapshots d apart), to file.
 func takeProfile(sock, kind string, d time.Duration, file string) error {

@@ -120,10 +120,11 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 	t0 = time.Now()
 	p := &poller{side: s, pods: pods}
 	// POLL_PROFILE_DIR: CPU profiles of the side's daemons over the window (and with
-	// BENCH_CONTENTION=1 their block and mutex profiles), named
-	// <side>-polling-<n>-pods-<daemon>[.block|.mutex].pprof.
+	// BENCH_CONTENTION=1 their block and mutex profiles, with BENCH_TRACE=1 shimd's
+	// execution trace), named <side>-polling-<n>-pods-<daemon>[.block|.mutex].pprof
+	// and .trace.
 	profiled := burstProbes{profileDir: os.Getenv("POLL_PROFILE_DIR"), profileFor: window,
-		contention: os.Getenv("BENCH_CONTENTION") == "1"}.start(b, s.target, fmt.Sprintf("polling %d pods", n), n)
+		contention: os.Getenv("BENCH_CONTENTION") == "1", trace: os.Getenv("BENCH_TRACE") == "1"}.start(b, s.target, fmt.Sprintf("polling %d pods", n), n)
 	// shimd's calls to containerd in the window, by method, with latencies.
 	debug := os.Getenv("BENCH_SHIMD_DEBUG")
 	var callsBefore map[string]callTimes
