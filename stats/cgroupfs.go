@@ -15,6 +15,7 @@ import (
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/log"
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 )
 
 // What shimd reads of a task's cgroup itself, beside containerd's metrics.
@@ -164,7 +165,9 @@ func readPSI(dir string) psiSet {
 // total=0", then a "full" line); nil if it is missing, unreadable (psi=0 answers
 // EOPNOTSUPP) or malformed.
 func readPSIFile(file string) *v2.PSIStats {
-	data, err := os.ReadFile(file)
+	bp := fileBufs.Get().(*[]byte)
+	defer fileBufs.Put(bp)
+	data, err := readInto(file, *bp)
 	if err != nil {
 		return nil
 	}
@@ -177,13 +180,16 @@ func readPSIFile(file string) *v2.PSIStats {
 
 func parsePSI(data []byte) (*v2.PSIStats, error) {
 	out := &v2.PSIStats{}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
+	all := data
+	for data = trimSpace(data); len(data) > 0; {
+		var line []byte
+		line, data = nextLine(data)
+		kind, rest := nextField(line)
+		if len(kind) == 0 {
 			continue
 		}
 		d := &v2.PSIData{}
-		switch fields[0] {
+		switch string(kind) {
 		case "some":
 			out.Some = d
 		case "full":
@@ -191,21 +197,29 @@ func parsePSI(data []byte) (*v2.PSIStats, error) {
 		default:
 			return nil, fmt.Errorf("pressure line %q", line)
 		}
-		for _, f := range fields[1:] {
-			k, v, ok := strings.Cut(f, "=")
-			if !ok {
+		for {
+			var f []byte
+			if f, rest = nextField(rest); len(f) == 0 {
+				break
+			}
+			eq := bytes.IndexByte(f, '=')
+			if eq < 0 {
 				return nil, fmt.Errorf("pressure field %q", f)
 			}
+			v := f[eq+1:]
 			var err error
-			switch k {
+			switch string(f[:eq]) {
 			case "avg10":
-				d.Avg10, err = strconv.ParseFloat(v, 64)
+				d.Avg10, err = strconv.ParseFloat(string(v), 64)
 			case "avg60":
-				d.Avg60, err = strconv.ParseFloat(v, 64)
+				d.Avg60, err = strconv.ParseFloat(string(v), 64)
 			case "avg300":
-				d.Avg300, err = strconv.ParseFloat(v, 64)
+				d.Avg300, err = strconv.ParseFloat(string(v), 64)
 			case "total":
-				d.Total, err = strconv.ParseUint(v, 10, 64)
+				var ok bool
+				if d.Total, ok = parseUint(v); !ok {
+					err = strconv.ErrSyntax
+				}
 			}
 			if err != nil {
 				return nil, fmt.Errorf("pressure field %q: %w", f, err)
@@ -213,7 +227,7 @@ func parsePSI(data []byte) (*v2.PSIStats, error) {
 		}
 	}
 	if out.Some == nil && out.Full == nil {
-		return nil, fmt.Errorf("no pressure in %q", data)
+		return nil, fmt.Errorf("no pressure in %q", all)
 	}
 	return out, nil
 }
@@ -224,8 +238,7 @@ func hasFile(dir, name string) bool {
 	if dir == "" {
 		return false
 	}
-	_, err := os.Stat(filepath.Join(dir, name))
-	return err == nil
+	return unix.Access(filepath.Join(dir, name), unix.F_OK) == nil
 }
 
 // blockDevice names a block device as cAdvisor does ("/dev/vda"), from

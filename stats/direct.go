@@ -1,7 +1,6 @@
 package stats
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -122,13 +121,14 @@ func (h hostFS) taskDirs(procCgroup []byte) (cgroupDirs, error) {
 func readDirect(d cgroupDirs) (any, time.Time, error) {
 	at := time.Now()
 	var r fileReader
+	defer r.release()
 	if d.unified != "" {
 		m := &v2.Metrics{CPU: &v2.CPUStat{}, Memory: &v2.MemoryStat{}}
-		cpu := r.keyed(d.unified, "cpu.stat")
-		m.CPU.UsageUsec = cpu["usage_usec"]
+		r.keyed(d.unified, "cpu.stat", keyDst{"usage_usec", &m.CPU.UsageUsec})
 		m.Memory.Usage = r.uint(d.unified, "memory.current")
-		st := r.keyed(d.unified, "memory.stat")
-		m.Memory.InactiveFile, m.Memory.Anon, m.Memory.Pgfault, m.Memory.Pgmajfault = st["inactive_file"], st["anon"], st["pgfault"], st["pgmajfault"]
+		r.keyed(d.unified, "memory.stat",
+			keyDst{"inactive_file", &m.Memory.InactiveFile}, keyDst{"anon", &m.Memory.Anon},
+			keyDst{"pgfault", &m.Memory.Pgfault}, keyDst{"pgmajfault", &m.Memory.Pgmajfault})
 		if hasFile(d.unified, "memory.swap.current") {
 			m.Memory.SwapUsage = r.uint(d.unified, "memory.swap.current")
 			m.Memory.SwapLimit = r.uint(d.unified, "memory.swap.max")
@@ -147,9 +147,9 @@ func readDirect(d cgroupDirs) (any, time.Time, error) {
 	m.CPU.Usage.Total = r.uint(d.cpuacct, "cpuacct.usage")
 	m.Memory.Usage.Usage = r.uint(d.memory, "memory.usage_in_bytes")
 	m.Memory.Usage.Limit = r.uint(d.memory, "memory.limit_in_bytes")
-	st := r.keyed(d.memory, "memory.stat")
-	m.Memory.TotalInactiveFile, m.Memory.TotalRSS = st["total_inactive_file"], st["total_rss"]
-	m.Memory.TotalPgFault, m.Memory.TotalPgMajFault = st["total_pgfault"], st["total_pgmajfault"]
+	r.keyed(d.memory, "memory.stat",
+		keyDst{"total_inactive_file", &m.Memory.TotalInactiveFile}, keyDst{"total_rss", &m.Memory.TotalRSS},
+		keyDst{"total_pgfault", &m.Memory.TotalPgFault}, keyDst{"total_pgmajfault", &m.Memory.TotalPgMajFault})
 	if hasFile(d.memory, "memory.memsw.usage_in_bytes") {
 		m.Memory.Swap = &v1.MemoryEntry{Usage: r.uint(d.memory, "memory.memsw.usage_in_bytes"), Limit: r.uint(d.memory, "memory.memsw.limit_in_bytes")}
 	}
@@ -159,14 +159,29 @@ func readDirect(d cgroupDirs) (any, time.Time, error) {
 	return m, at, r.err
 }
 
-// fileReader reads cgroup files, keeping the first error.
-type fileReader struct{ err error }
+// fileReader reads cgroup files into one pooled buffer (readbuf.go), keeping the
+// first error. What read returns is good until the next read; release gives the
+// buffer back.
+type fileReader struct {
+	err error
+	buf *[]byte
+}
+
+func (r *fileReader) release() {
+	if r.buf != nil {
+		fileBufs.Put(r.buf)
+		r.buf = nil
+	}
+}
 
 func (r *fileReader) read(dir, name string) []byte {
 	if r.err != nil {
 		return nil
 	}
-	data, err := os.ReadFile(filepath.Join(dir, name))
+	if r.buf == nil {
+		r.buf = fileBufs.Get().(*[]byte)
+	}
+	data, err := readInto(filepath.Join(dir, name), *r.buf)
 	if err != nil {
 		r.err = fmt.Errorf("%w: %v", errNoDirect, err)
 	}
@@ -175,33 +190,49 @@ func (r *fileReader) read(dir, name string) []byte {
 
 // uint reads a file of one number; "max" is math.MaxUint64, as containerd reads it.
 func (r *fileReader) uint(dir, name string) uint64 {
-	data := bytes.TrimSpace(r.read(dir, name))
+	data := trimSpace(r.read(dir, name))
 	if r.err != nil {
 		return 0
 	}
 	if string(data) == "max" {
 		return math.MaxUint64
 	}
-	v, err := strconv.ParseUint(string(data), 10, 64)
-	if err != nil {
-		r.err = fmt.Errorf("%w: %s/%s: %v", errNoDirect, dir, name, err)
+	v, ok := parseUint(data)
+	if !ok {
+		r.err = fmt.Errorf("%w: %s/%s: not a number: %q", errNoDirect, dir, name, data)
 	}
 	return v
 }
 
-// keyed reads a file of "key value" lines.
-func (r *fileReader) keyed(dir, name string) map[string]uint64 {
+// keyDst is a key of a file of "key value" lines, and where its value goes.
+type keyDst struct {
+	key string
+	dst *uint64
+}
+
+// keyed reads a file of "key value" lines into keys' destinations, and tells how
+// many of keys it found with a number. A key it does not find keeps its value.
+func (r *fileReader) keyed(dir, name string, keys ...keyDst) int {
 	data := r.read(dir, name)
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
+	found := 0
+	for len(data) > 0 && found < len(keys) {
+		var line []byte
+		line, data = nextLine(data)
+		sp := bytes.IndexByte(line, ' ')
+		if sp < 0 {
 			continue
 		}
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			out[k] = n
+		k := line[:sp]
+		for _, kd := range keys {
+			if string(k) != kd.key {
+				continue
+			}
+			if v, ok := parseUint(line[sp+1:]); ok {
+				*kd.dst = v
+				found++
+			}
+			break
 		}
 	}
-	return out
+	return found
 }

@@ -17,8 +17,9 @@ func PodGroup(pid uint32, cgroupParent string) string {
 // group keeps the count of a container whose own group is gone. ok is false where
 // the group has no memory.events (no memory controller: a v1 or hybrid host).
 func OOMKillsIn(group string) (uint64, bool) {
-	r := &fileReader{}
-	kv := r.keyed(group, "memory.events")
-	n, ok := kv["oom_kill"]
-	return n, ok && r.err == nil
+	var r fileReader
+	defer r.release()
+	var n uint64
+	found := r.keyed(group, "memory.events", keyDst{"oom_kill", &n})
+	return n, found == 1 && r.err == nil
 }
