@@ -181,10 +181,10 @@ func readPSIFile(file string) *v2.PSIStats {
 func parsePSI(data []byte) (*v2.PSIStats, error) {
 	out := &v2.PSIStats{}
 	all := data
-	for data = trimSpace(data); len(data) > 0; {
+	for data = bytes.TrimSpace(data); len(data) > 0; {
 		var line []byte
-		line, data = nextLine(data)
-		kind, rest := nextField(line)
+		line, data, _ = bytes.Cut(data, []byte("\n"))
+		kind, rest, _ := bytes.Cut(bytes.TrimSpace(line), []byte(" "))
 		if len(kind) == 0 {
 			continue
 		}
@@ -197,18 +197,17 @@ func parsePSI(data []byte) (*v2.PSIStats, error) {
 		default:
 			return nil, fmt.Errorf("pressure line %q", line)
 		}
-		for {
+		for len(rest) > 0 {
 			var f []byte
-			if f, rest = nextField(rest); len(f) == 0 {
-				break
+			if f, rest, _ = bytes.Cut(rest, []byte(" ")); len(f) == 0 {
+				continue
 			}
-			eq := bytes.IndexByte(f, '=')
-			if eq < 0 {
+			k, v, ok := bytes.Cut(f, []byte("="))
+			if !ok {
 				return nil, fmt.Errorf("pressure field %q", f)
 			}
-			v := f[eq+1:]
 			var err error
-			switch string(f[:eq]) {
+			switch string(k) {
 			case "avg10":
 				d.Avg10, err = strconv.ParseFloat(string(v), 64)
 			case "avg60":
@@ -216,10 +215,7 @@ func parsePSI(data []byte) (*v2.PSIStats, error) {
 			case "avg300":
 				d.Avg300, err = strconv.ParseFloat(string(v), 64)
 			case "total":
-				var ok bool
-				if d.Total, ok = parseUint(v); !ok {
-					err = strconv.ErrSyntax
-				}
+				d.Total, err = strconv.ParseUint(string(v), 10, 64)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("pressure field %q: %w", f, err)

@@ -190,16 +190,16 @@ func (r *fileReader) read(dir, name string) []byte {
 
 // uint reads a file of one number; "max" is math.MaxUint64, as containerd reads it.
 func (r *fileReader) uint(dir, name string) uint64 {
-	data := trimSpace(r.read(dir, name))
+	data := bytes.TrimSpace(r.read(dir, name))
 	if r.err != nil {
 		return 0
 	}
 	if string(data) == "max" {
 		return math.MaxUint64
 	}
-	v, ok := parseUint(data)
-	if !ok {
-		r.err = fmt.Errorf("%w: %s/%s: not a number: %q", errNoDirect, dir, name, data)
+	v, err := strconv.ParseUint(string(data), 10, 64)
+	if err != nil {
+		r.err = fmt.Errorf("%w: %s/%s: %v", errNoDirect, dir, name, err)
 	}
 	return v
 }
@@ -217,18 +217,17 @@ func (r *fileReader) keyed(dir, name string, keys ...keyDst) int {
 	found := 0
 	for len(data) > 0 && found < len(keys) {
 		var line []byte
-		line, data = nextLine(data)
-		sp := bytes.IndexByte(line, ' ')
-		if sp < 0 {
+		line, data, _ = bytes.Cut(data, []byte("\n"))
+		k, v, ok := bytes.Cut(line, []byte(" "))
+		if !ok {
 			continue
 		}
-		k := line[:sp]
 		for _, kd := range keys {
 			if string(k) != kd.key {
 				continue
 			}
-			if v, ok := parseUint(line[sp+1:]); ok {
-				*kd.dst = v
+			if n, err := strconv.ParseUint(string(v), 10, 64); err == nil {
+				*kd.dst = n
 				found++
 			}
 			break

@@ -140,15 +140,24 @@ func BenchmarkReadDirectV2(b *testing.B) {
 	}
 }
 
-func TestParseUint(t *testing.T) {
-	for in, want := range map[string]uint64{"0": 0, "7": 7, "4194304": 4194304, "18446744073709551615": math.MaxUint64} {
-		v, ok := parseUint([]byte(in))
-		require.True(t, ok, in)
-		require.Equal(t, want, v, in)
+// uint reads a file of one number (around it, the newline and spaces of kernel
+// files), or "max"; anything else is an error that sends the list to containerd.
+func TestUintFile(t *testing.T) {
+	dir := t.TempDir()
+	for in, want := range map[string]uint64{"0\n": 0, "7": 7, " 4194304\n": 4194304, "18446744073709551615\n": math.MaxUint64, "max\n": math.MaxUint64} {
+		writeFiles(t, dir, map[string]string{"f": in})
+		var r fileReader
+		v := r.uint(dir, "f")
+		r.release()
+		require.NoError(t, r.err, "%q", in)
+		require.Equal(t, want, v, "%q", in)
 	}
-	for _, bad := range []string{"", " 1", "1 ", "-1", "+1", "1.5", "max", "18446744073709551616", "99999999999999999999"} {
-		_, ok := parseUint([]byte(bad))
-		require.False(t, ok, bad)
+	for _, bad := range []string{"", "-1", "+1", "1.5", "1 2", "18446744073709551616", "99999999999999999999"} {
+		writeFiles(t, dir, map[string]string{"f": bad})
+		var r fileReader
+		r.uint(dir, "f")
+		r.release()
+		require.ErrorIs(t, r.err, errNoDirect, "%q", bad)
 	}
 }
 
