@@ -84,6 +84,9 @@ type Container struct {
 	// finishing is set by the first Exits.finish: an exit is told more than once (its
 	// TaskExit, then the TaskDelete of shimd's own delete of the task) and recorded once.
 	finishing atomic.Bool
+	// taskDeleted is set once Exits.finish has deleted the exited task: the container
+	// is EXITED for good, so its removal has no task to delete.
+	taskDeleted atomic.Bool
 }
 
 func (c *Container) setRootfs(m []mount.Mount) {

@@ -236,20 +236,24 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 		// containerd loads the task into the pod's running shim (sandbox_store.go).
 		opts = append(opts, client.WithSandbox(sb.ID))
 	}
-	if err := ctrd.CreateContainer(ctx, s.ctrd.ContainerService(), c.ID, opts...); err != nil {
-		return fmt.Errorf("create containerd container: %w", err)
+	// The container's record in the sandbox store (exit_keep.go) is written beside
+	// containerd's container record.
+	kept := make(chan error, 1)
+	go func() { kept <- s.keeper.keep(ctx, c.ID, c.SandboxID) }()
+	createErr := ctrd.CreateContainer(ctx, s.ctrd.ContainerService(), c.ID, opts...)
+	if keepErr := <-kept; createErr != nil || keepErr != nil {
+		s.undoRecords(ctx, c, createErr == nil, keepErr == nil)
+		if createErr != nil {
+			return fmt.Errorf("create containerd container: %w", createErr)
+		}
+		return keepErr
 	}
 	st.done("container")
 	if !prepared {
 		// The record names the layer before it exists: containerd's garbage collector
 		// keeps it from its creation on, without a lease.
 		if mounts, err = prepare(ctx); err != nil {
-			cctx, cancel := s.detachedContext(ctx)
-			defer cancel()
-			if derr := s.ctrd.ContainerService().Delete(cctx, c.ID); derr != nil && !errdefs.IsNotFound(derr) {
-				log.G(ctx).WithError(derr).Warn("undo containerd container; will retry")
-				s.removeLater(c)
-			}
+			s.undoRecords(ctx, c, true, true)
 			return err
 		}
 		st.done("snapshot")
@@ -266,6 +270,27 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	}
 	st.done("status")
 	return nil
+}
+
+// undoRecords deletes what a failed create made of c's records: containerd's
+// container record and c's record in the sandbox store (exit_keep.go). One that
+// cannot be deleted now is retried by the cleanup queue.
+func (s *Manager) undoRecords(ctx context.Context, c *Container, container, kept bool) {
+	cctx, cancel := s.detachedContext(ctx)
+	defer cancel()
+	var err error
+	if container {
+		if err = s.ctrd.ContainerService().Delete(cctx, c.ID); errdefs.IsNotFound(err) {
+			err = nil
+		}
+	}
+	if kept && err == nil {
+		err = s.keeper.release(cctx, c.ID)
+	}
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("undo containerd container; will retry")
+		s.removeLater(c)
+	}
 }
 
 // userDBCache keeps the user databases of images by chain id (see spec.UserDB), at

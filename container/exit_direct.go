@@ -18,10 +18,12 @@ import (
 // shim, which forwards it to containerd; while containerd is down the shim queues the
 // event and tries again. A pod with a pause keeps its shim running, so the event
 // arrives once containerd is back. A pause-less pod whose last running container
-// exits meanwhile has a shim with no process left: containerd, when it starts, takes
-// the task for a leaked shim's, deletes it and shuts the shim down, and the queued
-// exit dies with the shim (the container would read exit code 255). So while
-// containerd's events do not flow, shimd asks each pause-less pod's shim itself:
+// exits meanwhile has a shim with no process left: containerd 2.x, when it starts,
+// would take the task for a leaked shim's, delete it and shut the shim down, and the
+// queued exit would die with the shim, but it keeps the task of a container recorded
+// in its sandbox store (exit_keep.go). So that the exit shows while containerd is
+// down, and for a container made before shimd kept records, while containerd's
+// events do not flow shimd asks each pause-less pod's shim itself:
 // one ttrpc connection per shim, a Wait per running container, which answers when
 // the container exits (at once if it has). Once the events flow again the waits go
 // on for lostExitWait, the time a Resync waits for a lost exit, then stop.

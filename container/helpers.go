@@ -74,11 +74,21 @@ func (s *Manager) removeLater(c *Container) {
 	})
 }
 
-// deleteContainerd deletes the containerd container and its writable layer; a
-// missing one is fine.
+// deleteContainerd deletes the containerd container, its writable layer and its
+// record in the sandbox store (exit_keep.go, after the task); a missing one is fine.
 func (s *Manager) deleteContainerd(ctx context.Context, c *Container) error {
-	if err := ctrd.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID); err != nil {
-		return fmt.Errorf("delete task of container %s: %w", c.ID, err)
+	if err := s.deleteContainerdContainer(ctx, c); err != nil {
+		return err
+	}
+	return s.keeper.release(ctx, c.ID)
+}
+
+// deleteContainerdContainer is deleteContainerd but for the sandbox store's record.
+func (s *Manager) deleteContainerdContainer(ctx context.Context, c *Container) error {
+	if !c.taskDeleted.Load() {
+		if err := ctrd.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID); err != nil {
+			return fmt.Errorf("delete task of container %s: %w", c.ID, err)
+		}
 	}
 	// runc removes the cgroup with the task, unless a crash cut it short.
 	if err := cgroup.Remove(s.cgroupDir(ctx, c)); err != nil {

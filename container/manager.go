@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 
 	"github.com/shimd/shimd/cleanup"
+	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/pod"
 )
@@ -119,6 +120,7 @@ type Manager struct {
 	containers *containerStore
 	events     *Events // GetContainerEvents subscribers
 	exits      *Exits
+	keeper     *exitKeeper // the containers' records in the sandbox store
 	dirs       dirs
 	volumes    *imageVolumes
 	cdi        cdiInjector
@@ -145,6 +147,7 @@ func New(opts Options) *Manager {
 	s.nri = &NRIGlue{m: s, plugins: opts.NRI}
 	s.events = &Events{m: s}
 	s.exits = &Exits{m: s}
+	s.keeper = &exitKeeper{store: ctrd.NewSandboxStore(opts.Client)}
 	s.dirs = dirs{root: opts.RootDir, state: opts.StateDir}
 	s.ckpt = &Checkpoints{m: s, criu: newCRIUChecker()}
 	s.volumes = &imageVolumes{m: s}

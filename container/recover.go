@@ -70,6 +70,13 @@ func (s *Manager) Recover(ctx context.Context) error {
 			toAdopt = append(toAdopt, c)
 		}
 	}
+	known := map[string]*Container{}
+	for _, c := range s.containers.list() {
+		known[c.ID] = c
+	}
+	if err := s.keeper.recoverRecords(ctx, known); err != nil {
+		return err
+	}
 	// containerd waits up to 2 s for each task's state from its shim: the tasks are
 	// adopted side by side, so that busy shims cost that once, not per container.
 	var g errgroup.Group

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/shimd/shimd/cleanup"
+	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/pod"
 )
@@ -85,7 +86,7 @@ func NewManager(opts Options) *Manager {
 		opts.CleanupTimeout = 2 * time.Minute
 	}
 	return &Manager{opts: opts, store: newStore(), fs: layout{root: opts.RootDir, state: opts.StateDir},
-		records: &storeRecords{client: opts.Client}}
+		records: &storeRecords{store: ctrd.NewSandboxStore(opts.Client)}}
 }
 
 // Close is for shutdown, after the server stopped: it waits for the Run recipes in

@@ -3,15 +3,12 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync/atomic"
 
-	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/sandbox"
-	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/pod"
 )
 
@@ -27,37 +24,24 @@ import (
 
 // storeRecords writes and removes pods' records in the sandbox store.
 type storeRecords struct {
-	client *client.Client
-	// enabled: containerd has a sandbox store (2.x); pods are recorded there.
-	enabled atomic.Bool
-}
-
-// detectSandboxStore tells from containerd's version whether it has a sandbox store.
-func (r *storeRecords) detectSandboxStore(ctx context.Context) error {
-	v, err := r.client.Version(ctx)
-	if err != nil {
-		return fmt.Errorf("containerd version: %w", err)
-	}
-	r.enabled.Store(!strings.HasPrefix(strings.TrimPrefix(v.Version, "v"), "1."))
-	return nil
+	store *ctrd.SandboxStore
 }
 
 // recordInStore writes sb's record to the sandbox store; the undo removes it.
 func (r *storeRecords) recordInStore(ctx context.Context, sb *Sandbox, rt pod.Handler) (func(context.Context) error, error) {
-	if !r.enabled.Load() {
+	if !r.store.Enabled() {
 		return func(context.Context) error { return nil }, nil
 	}
 	opts, err := typeurl.MarshalAny(rt.Options)
 	if err != nil {
 		return nil, fmt.Errorf("runtime options: %w", err)
 	}
-	_, err = r.client.SandboxStore().Create(ctx, sandbox.Sandbox{
+	if err := r.store.Create(ctx, "sandbox", sandbox.Sandbox{
 		ID:      sb.ID,
 		Labels:  map[string]string{LabelKind: KindSandbox},
 		Runtime: sandbox.RuntimeOpts{Name: rt.Type, Options: opts},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("record sandbox %s in containerd's sandbox store: %w", sb.ID, err)
+	}); err != nil {
+		return nil, err
 	}
 	sb.InStore = true
 	return func(ctx context.Context) error { return r.removeFromStore(ctx, sb.ID) }, nil
@@ -65,24 +49,18 @@ func (r *storeRecords) recordInStore(ctx context.Context, sb *Sandbox, rt pod.Ha
 
 // removeFromStore deletes the sandbox store record of id; a missing one is fine.
 func (r *storeRecords) removeFromStore(ctx context.Context, id string) error {
-	if !r.enabled.Load() {
-		return nil
-	}
-	if err := r.client.SandboxStore().Delete(ctx, id); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("remove sandbox %s from containerd's sandbox store: %w", id, err)
-	}
-	return nil
+	return r.store.Delete(ctx, "sandbox", id)
 }
 
 // recoverStore reads shimd's records in the sandbox store (recovery): those of known
 // pods are marked on them, the others (a Run or Remove cut short) are deleted.
 func (r *storeRecords) recoverStore(ctx context.Context, known map[string]*Sandbox) error {
-	if err := r.detectSandboxStore(ctx); err != nil || !r.enabled.Load() {
+	if err := r.store.Detect(ctx); err != nil {
 		return err
 	}
-	list, err := r.client.SandboxStore().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
+	list, err := r.store.List(ctx, KindSandbox)
 	if err != nil {
-		return fmt.Errorf("list containerd's sandbox store: %w", err)
+		return err
 	}
 	for _, rec := range list {
 		if sb, ok := known[rec.ID]; ok {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -417,16 +418,115 @@ func TestPauselessExitWhileContainerdDown(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(ctl, "b"), nil, 0o644))
 
 	for _, id := range []string{a, b} {
-		var st *runtimeapi.ContainerStatus
-		require.Eventually(t, func() bool {
-			st = containerStatus(t, rs, id)
-			return st.State == runtimeapi.ContainerState_CONTAINER_EXITED
-		}, time.Minute, 100*time.Millisecond, "container %s exits", id)
-		require.EqualValues(t, 3, st.ExitCode, "exit code of %s (%s)", id, st.Reason)
-		require.Equal(t, "Error", st.Reason)
+		exitsWithError(t, rs, id, 3)
 	}
 	for _, p := range []*podFixture{down, later} {
 		stopRemove(t, rs, p.id)
 	}
+	env.CheckNoLeaks(t)
+}
+
+// exitsWithError waits for container id to exit and checks its exit code and
+// reason.
+func exitsWithError(t *testing.T, rs runtimeapi.RuntimeServiceClient, id string, code int32) {
+	t.Helper()
+	st := waitExited(t, rs, id)
+	assert.Equal(t, code, st.ExitCode, "exit code of %s (%s)", id, st.Reason)
+	assert.Equal(t, "Error", st.Reason, "reason of %s", id)
+}
+
+// Containers that exit while shimd and containerd are both down keep their exit
+// codes: one of a pause-less pod (its shim has no process left) and one of a pod
+// with a pause (its shim runs on). containerd, when it starts again, would delete
+// such a stopped task as a leaked shim's and shimd, still down, would miss the exit
+// event of that delete; shimd records each container in containerd's sandbox store
+// (container/exit_keep.go) so that containerd keeps the task and its exit status
+// until shimd deletes it.
+func TestExitWhileShimdAndContainerdDown(t *testing.T) {
+	env, rs := pauselessEnv(t)
+	ctl := t.TempDir()
+	waiter := func(pod *podFixture, name string, code int) *runtimeapi.ContainerConfig {
+		c := pod.container(name, "sh", "-c", fmt.Sprintf("while [ ! -e /ctl/%s ]; do sleep 0.1; done; exit %d", name, code))
+		c.Mounts = []*runtimeapi.Mount{{HostPath: ctl, ContainerPath: "/ctl"}}
+		return c
+	}
+	pl := plPod(t, rs, podConfig("bothdown-pl"))
+	require.False(t, hasPauseTask(t, env, pl.id), "pause-less pod")
+	a := pl.run(waiter(pl, "a", 3))
+	withPause := podConfig("bothdown-pause")
+	withPause.LogDirectory = t.TempDir()
+	pp := &podFixture{t: t, rs: rs, id: runPod(t, rs, withPause), cfg: withPause, logDir: withPause.LogDirectory}
+	require.True(t, hasPauseTask(t, env, pp.id), "pod with a pause")
+	b := pp.run(waiter(pp, "b", 4))
+	pids := map[string]int{}
+	for _, id := range []string{a, b} {
+		resp, err := rs.ContainerStatus(ctxT(t, 30*time.Second), &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+		require.NoError(t, err)
+		var info struct{ Pid int }
+		require.NoError(t, json.Unmarshal([]byte(resp.Info["info"]), &info))
+		require.NotZero(t, info.Pid, "pid of %s", id)
+		pids[id] = info.Pid
+	}
+
+	env.Shimd.Kill9()
+	env.Containerd.Kill()
+	for _, name := range []string{"a", "b"} {
+		require.NoError(t, os.WriteFile(filepath.Join(ctl, name), nil, 0o644))
+	}
+	for id, pid := range pids { // reaped by their shims
+		require.Eventually(t, func() bool {
+			return unix.Kill(pid, 0) == unix.ESRCH
+		}, 30*time.Second, 50*time.Millisecond, "process %d of %s exits", pid, id)
+	}
+	env.Containerd.Restart(t)
+	// containerd has loaded its shims when it answers. Any exit event a shim sends
+	// it now has no subscriber: the shims try for up to 15 s, so shimd comes back
+	// after that, with nothing but containerd's tasks to learn the exits from.
+	time.Sleep(16 * time.Second)
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitRuntimeReady(t, rs)
+
+	exitsWithError(t, rs, a, 3)
+	exitsWithError(t, rs, b, 4)
+	for _, p := range []*podFixture{pl, pp} {
+		stopRemove(t, rs, p.id)
+	}
+	env.CheckNoLeaks(t)
+}
+
+// Recovery mends the containers' records in containerd's sandbox store: a container
+// without one (made by a shimd that kept none) gets it, and the record of a container
+// that is gone (a create or remove cut short) is removed.
+func TestContainerStoreRecordsRecovered(t *testing.T) {
+	env, rs := pauselessEnv(t)
+	if env.Containerd.MajorVersion() < 2 {
+		t.Skip("containerd 1.6 has no sandbox store")
+	}
+	pl := plPod(t, rs, podConfig("records"))
+	a := pl.run(plContainer(pl, "a", "sleep", "3600"))
+	ctx := namespaces.WithNamespace(ctxT(t, 30*time.Second), env.Shimd.Namespace())
+	store := env.Containerd.Client(t).SandboxStore()
+	rec, err := store.Get(ctx, a)
+	require.NoError(t, err, "a's record")
+	require.Equal(t, map[string]string{"io.shimd.kind": "container", "io.shimd.sandbox": pl.id}, rec.Labels)
+
+	env.Shimd.Kill9()
+	require.NoError(t, store.Delete(ctx, a))
+	stray := rec
+	stray.ID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	_, err = store.Create(ctx, stray)
+	require.NoError(t, err)
+	env.Shimd.Start(t)
+	rs = env.Shimd.Runtime(t)
+	waitReady(t, rs)
+
+	_, err = store.Get(ctx, a)
+	require.NoError(t, err, "a's record, written again by recovery")
+	_, err = store.Get(ctx, stray.ID)
+	require.True(t, errdefs.IsNotFound(err), "the record of a container shimd does not have: %v", err)
+	stopRemove(t, rs, pl.id)
+	_, err = store.Get(ctx, a)
+	require.True(t, errdefs.IsNotFound(err), "a's record after its pod's removal: %v", err)
 	env.CheckNoLeaks(t)
 }
