@@ -31,7 +31,7 @@ func TestKill9ShimdWhileShimsBusy(t *testing.T) {
 	env, _ := imageEnv(t, harness.Options{})
 	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
-	pod := newPod(t, rs, "busy-shims")
+	pod := newPodOf(t, rs, pausePodConfig("busy-shims")) // its pause pid is at stake
 	running := pod.run(pod.container("ticker", "sh", "-c", "i=0; while true; do i=$((i+1)); echo tick$i; sleep 0.1; done"))
 	exited := pod.run(pod.container("quitter", "sh", "-c", "exit 4"))
 	waitExited(t, rs, exited)

@@ -453,9 +453,7 @@ func TestExitWhileShimdAndContainerdDown(t *testing.T) {
 	pl := plPod(t, rs, podConfig("bothdown-pl"))
 	require.False(t, hasPauseTask(t, env, pl.id), "pause-less pod")
 	a := pl.run(waiter(pl, "a", 3))
-	withPause := podConfig("bothdown-pause")
-	withPause.LogDirectory = t.TempDir()
-	pp := &podFixture{t: t, rs: rs, id: runPod(t, rs, withPause), cfg: withPause, logDir: withPause.LogDirectory}
+	pp := newPodOf(t, rs, pausePodConfig("bothdown-pause"))
 	require.True(t, hasPauseTask(t, env, pp.id), "pod with a pause")
 	b := pp.run(waiter(pp, "b", 4))
 	pids := map[string]int{}

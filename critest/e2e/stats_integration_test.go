@@ -275,7 +275,7 @@ func TestStatsListsMatchContainerd(t *testing.T) {
 	env, _ := imageEnv(t, harness.Options{})
 	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
-	p := newPod(t, rs, "stats-direct")
+	p := newPodOf(t, rs, pausePodConfig("stats-direct")) // pause-less: TestPauselessPodStatsList
 	id := p.run(p.container("holder", "sh", "-c", "dd if=/dev/zero of=/dev/shm/held bs=1M count=20 && echo held; sleep 3600"))
 	require.Eventually(t, func() bool { return strings.Contains(readLog(p, "holder"), "held") }, time.Minute, 100*time.Millisecond, "the container holds its memory")
 	ip := podStatus(t, rs, p.id).Network.Ip
