@@ -146,6 +146,14 @@ func TestContainerdBackAfterLongOutage(t *testing.T) {
 	require.NoError(t, err)
 
 	env.Containerd.Kill()
+	// shimd answers ListImages from its cache while containerd's events flow
+	// (image/store.go) and learns of the loss when the event stream breaks, a moment
+	// after the kill (CI once got the cached list 2 ms before): from then on it
+	// answers Unavailable.
+	require.Eventually(t, func() bool {
+		_, err := is.ListImages(ctxT(t, 30*time.Second), &runtimeapi.ListImagesRequest{})
+		return status.Code(err) == codes.Unavailable
+	}, 5*time.Second, 10*time.Millisecond, "ListImages once containerd is gone")
 	// The client's default backoff (1 s, x1.6, up to 10 s) tries again at about 1,
 	// 2.6, 5.2, 9.3, 15.8 and 25.8 s after the loss: containerd's return after 19 s
 	// falls into a gap of about 7 s.
