@@ -26,10 +26,10 @@ const ioDrainTimeout = 2 * time.Second
 // containerd 2.x deletes a task it finds stopped when it starts again (it takes the
 // task's shim for a leaked one: no process left), without a TaskExit, unless the
 // container has its record in the sandbox store (exit_keep.go; one made before shimd
-// kept them has none). 1.6 keeps such a task. The status then comes only from the shim, once containerd
-// answers: the TaskDelete of that delete, and the TaskExit it could not forward while
-// containerd was down. The shim tries a forward again 1, 2, 3, 4 and 5 s apart, then
-// drops it.
+// kept them has none). 1.6 keeps such a task. The status then comes only from the
+// shim, once containerd answers: the TaskDelete of that delete, and the TaskExit it
+// could not forward while containerd was down. The shim tries a forward again 1, 2,
+// 3, 4 and 5 s apart, then drops it.
 var lostExitWait = 16 * time.Second
 
 // Exits turns the task exits and OOM kills the event monitor sees into container

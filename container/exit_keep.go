@@ -65,10 +65,7 @@ func (k *exitKeeper) recoverRecords(ctx context.Context, known map[string]*Conta
 			return err
 		}
 	}
-	if !k.store.Enabled() {
-		return nil
-	}
-	for id, c := range known {
+	for id, c := range known { // keep writes nothing on containerd 1.x
 		if !have[id] {
 			if err := k.keep(ctx, id, c.SandboxID); err != nil {
 				return err
