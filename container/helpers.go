@@ -86,7 +86,7 @@ func (s *Manager) deleteContainerd(ctx context.Context, c *Container) error {
 // deleteContainerdContainer is deleteContainerd but for the sandbox store's record.
 func (s *Manager) deleteContainerdContainer(ctx context.Context, c *Container) error {
 	if !c.taskDeleted.Load() {
-		if err := ctrd.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID); err != nil {
+		if err := s.deletingTask(c.SandboxID, func() error { return ctrd.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID) }); err != nil {
 			return fmt.Errorf("delete task of container %s: %w", c.ID, err)
 		}
 	}

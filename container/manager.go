@@ -121,6 +121,7 @@ type Manager struct {
 	events     *Events // GetContainerEvents subscribers
 	exits      *Exits
 	keeper     *exitKeeper // the containers' records in the sandbox store
+	gates      podGates    // pause-less pods' task creates and deletes (shim_gate.go)
 	dirs       dirs
 	volumes    *imageVolumes
 	cdi        cdiInjector

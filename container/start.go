@@ -78,41 +78,45 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 			return fmt.Errorf("mounts of the writable layer: %w", err)
 		}
 	}
-	var logf *logFile
-	if c.LogPath != "" {
-		var err error
-		if logf, err = openLog(c.LogPath); err != nil {
-			return err
-		}
-	}
 	if err := os.MkdirAll(s.dirs.fifoDir(c.ID), 0o700); err != nil {
-		if logf != nil {
-			logf.Close()
-		}
 		return err
 	}
 	taskOpts, restoreDir, err := s.ckpt.restoreOptions(ctx, c)
 	if err != nil {
-		if logf != nil {
-			logf.Close()
-		}
 		return err
 	}
 	st.done("load+log")
 	var cio *containerIO
+	var initPid uint32
 	ts := s.ctrd.TaskService()
-	_, initPid, err := ctrd.NewTaskWithOptions(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio), taskOpts)
-	if err != nil {
-		if cio != nil {
-			cio.close()
-		} else if logf != nil {
-			logf.Close()
+	// The log is opened for each try: a failed create closes it with its IO.
+	err = s.creatingTask(ctx, c.SandboxID, func() error {
+		var logf *logFile
+		if c.LogPath != "" {
+			var err error
+			if logf, err = openLog(c.LogPath); err != nil {
+				return err
+			}
 		}
-		return fmt.Errorf("create task: %w", err)
+		cio = nil
+		var err error
+		_, initPid, err = ctrd.NewTaskWithOptions(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio), taskOpts)
+		if err != nil {
+			if cio != nil {
+				cio.close()
+			} else if logf != nil {
+				logf.Close()
+			}
+			return fmt.Errorf("create task: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	defer func() {
 		if retErr != nil {
-			if err := s.deleteTask(ctx, c.ID); err != nil {
+			if err := s.deletingTask(c.SandboxID, func() error { return s.deleteTask(ctx, c.ID) }); err != nil {
 				log.G(ctx).WithError(err).Warn("undo task")
 			}
 			cio.close()

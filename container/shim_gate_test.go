@@ -1,0 +1,75 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shimd/shimd/pod"
+)
+
+// A task create whose shim went away is made again in a pause-less pod, up to 5
+// times; any other failure, and any failure in a pod with a pause, is returned at
+// once.
+func TestCreatingTaskRetriesOnlyAShimThatWentAway(t *testing.T) {
+	pods := &fakePods{sbs: map[string]*pod.Pod{
+		"pl":    {ID: "pl", Pauseless: true},
+		"pause": {ID: "pause"},
+	}}
+	s := New(Options{Pods: pods, Node: NodeInfo{CPUs: "0", MemoryNodes: "0"}})
+	gone := errors.New("create task: failed to create shim task: ttrpc: closed")
+	ctx := context.Background()
+	calls := 0
+	failing := func(errs ...error) func() error {
+		calls = 0
+		return func() error {
+			calls++
+			if calls <= len(errs) {
+				return errs[calls-1]
+			}
+			return nil
+		}
+	}
+
+	require.NoError(t, s.creatingTask(ctx, "pl", failing(gone, gone)))
+	require.Equal(t, 3, calls, "two shims gone, then made")
+	require.ErrorIs(t, s.creatingTask(ctx, "pl", failing(gone, gone, gone, gone, gone, gone)), gone)
+	require.Equal(t, 5, calls, "tries")
+	other := errors.New("create task: no such file")
+	require.ErrorIs(t, s.creatingTask(ctx, "pl", failing(other)), other)
+	require.Equal(t, 1, calls)
+	require.ErrorIs(t, s.creatingTask(ctx, "pause", failing(gone)), gone)
+	require.Equal(t, 1, calls, "a pod with a pause keeps its shim: nothing to retry")
+	require.True(t, shimGone(errors.New("failed to start shim: start failed: failed to create TTRPC connection: dial unix /run/s/x: connect: connection refused")))
+}
+
+// In a pause-less pod a task delete waits for the creates under way, and a create
+// for the delete.
+func TestTaskDeleteWaitsForCreates(t *testing.T) {
+	pods := &fakePods{sbs: map[string]*pod.Pod{"pl": {ID: "pl", Pauseless: true}}}
+	s := New(Options{Pods: pods, Node: NodeInfo{CPUs: "0", MemoryNodes: "0"}})
+	ctx := context.Background()
+	creating, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = s.creatingTask(ctx, "pl", func() error { close(creating); <-release; return nil })
+	}()
+	<-creating
+	deleted := make(chan struct{})
+	go func() {
+		_ = s.deletingTask("pl", func() error { close(deleted); return nil })
+	}()
+	select {
+	case <-deleted:
+		t.Fatal("the delete ran while a create was under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-deleted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the delete never ran after the create")
+	}
+}
