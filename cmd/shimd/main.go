@@ -112,6 +112,7 @@ func run(cfg Config) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	dumpStacksOnSIGUSR1(ctx, os.Stderr)
 	return serve(ctx, cfg, func(time.Duration) { notifySystemd(ctx, sdReady) })
 }
 

@@ -10,6 +10,7 @@ package cgroupv2
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -141,6 +142,7 @@ func sh(t *testing.T, script string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out, err := guest.Output(ctx, script)
+	onHang(t, err)
 	require.NoError(t, err)
 	return strings.TrimSpace(out)
 }
@@ -152,8 +154,25 @@ func shCode(t *testing.T, script string) (int, string) {
 	defer cancel()
 	var b strings.Builder
 	code, err := guest.Run(ctx, script, &b)
+	onHang(t, err)
 	require.NoError(t, err)
 	return code, strings.TrimSpace(b.String())
+}
+
+// onHang logs, when a guest command ran past its deadline, what the guest's daemons
+// were doing: their goroutines' stacks (shimd and containerd dump them on SIGUSR1,
+// and go on), the process tree, and their journal since the test began.
+func onHang(t *testing.T, err error) {
+	t.Helper()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, derr := guest.Output(ctx, `pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
+ps -eo pid,ppid,stat,etime,time,args --forest | cut -c1-200
+journalctl -u shimd -u containerd -u kubelet --no-pager -o short-precise --since "-15min" | tail -n 5000`)
+	t.Logf("a guest command ran past its deadline; the guest after it (%v):\n%s", derr, out)
 }
 
 // file writes content into the share and returns the guest's path of it.
