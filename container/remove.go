@@ -67,7 +67,6 @@ func (s *Manager) RemovePod(ctx context.Context, p pod.Pod) error {
 			return err
 		}
 	}
-	s.dropGate(p.ID)
 	rt, err := s.opts.Handlers.Get(p.RuntimeHandler)
 	if err != nil {
 		return err

@@ -20,14 +20,23 @@ import (
 // then the old shim's socket takes no connection, and the start makes a new shim.
 // A pod with a pause needs none of this: the pause keeps its shim.
 
-// podGates holds the gates of pause-less pods, by pod id.
+// podGates holds the gates of pause-less pods in use, by pod id: a gate lives while
+// a task create or delete of its pod holds it or waits for it, so a removed pod
+// leaves none behind.
 type podGates struct {
 	mu    sync.Mutex
-	gates map[string]*sync.RWMutex
+	gates map[string]*podGate
 }
 
-// gate returns the gate of pod id; nil for a pod with a pause, or one that is gone.
-func (s *Manager) gate(sandboxID string) *sync.RWMutex {
+type podGate struct {
+	sync.RWMutex
+	id    string
+	users int // holders and waiters, under podGates.mu
+}
+
+// takeGate returns the gate of pod id, counted as used until putGate; nil for a pod
+// with a pause, or one that is gone.
+func (s *Manager) takeGate(sandboxID string) *podGate {
 	p, err := s.opts.Pods.Pod(sandboxID)
 	if err != nil || !p.Pauseless {
 		return nil
@@ -36,27 +45,39 @@ func (s *Manager) gate(sandboxID string) *sync.RWMutex {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gates == nil {
-		g.gates = map[string]*sync.RWMutex{}
+		g.gates = map[string]*podGate{}
 	}
 	l, ok := g.gates[p.ID]
 	if !ok {
-		l = &sync.RWMutex{}
+		l = &podGate{id: p.ID}
 		g.gates[p.ID] = l
 	}
+	l.users++
 	return l
 }
 
-// dropGate forgets the gate of a removed pod.
-func (s *Manager) dropGate(sandboxID string) {
+// putGate ends a use of gate l; the last one forgets it.
+func (s *Manager) putGate(l *podGate) {
+	g := &s.gates
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l.users--; l.users == 0 {
+		delete(g.gates, l.id)
+	}
+}
+
+// gatesInUse counts the gates held or waited for.
+func (s *Manager) gatesInUse() int {
 	s.gates.mu.Lock()
-	delete(s.gates.gates, sandboxID)
-	s.gates.mu.Unlock()
+	defer s.gates.mu.Unlock()
+	return len(s.gates.gates)
 }
 
 // deletingTask runs del, a task delete of a container of pod sandboxID, alone in the
 // pod's gate.
 func (s *Manager) deletingTask(sandboxID string, del func() error) error {
-	if l := s.gate(sandboxID); l != nil {
+	if l := s.takeGate(sandboxID); l != nil {
+		defer s.putGate(l)
 		l.Lock()
 		defer l.Unlock()
 	}
@@ -74,10 +95,11 @@ func shimGone(err error) bool {
 // pod's gate beside other creates; one whose shim went away is made again, up to 5
 // times in about 0.8 s.
 func (s *Manager) creatingTask(ctx context.Context, sandboxID string, create func() error) error {
-	l := s.gate(sandboxID)
+	l := s.takeGate(sandboxID)
 	if l == nil {
 		return create()
 	}
+	defer s.putGate(l)
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		l.RLock()

@@ -43,6 +43,7 @@ func TestCreatingTaskRetriesOnlyAShimThatWentAway(t *testing.T) {
 	require.Equal(t, 1, calls)
 	require.ErrorIs(t, s.creatingTask(ctx, "pause", failing(gone)), gone)
 	require.Equal(t, 1, calls, "a pod with a pause keeps its shim: nothing to retry")
+	require.Zero(t, s.gatesInUse(), "a gate no one holds is forgotten")
 	require.True(t, shimGone(errors.New("failed to start shim: start failed: failed to create TTRPC connection: dial unix /run/s/x: connect: connection refused")))
 }
 
@@ -66,10 +67,12 @@ func TestTaskDeleteWaitsForCreates(t *testing.T) {
 		t.Fatal("the delete ran while a create was under way")
 	case <-time.After(100 * time.Millisecond):
 	}
+	require.Equal(t, 1, s.gatesInUse())
 	close(release)
 	select {
 	case <-deleted:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the delete never ran after the create")
 	}
+	require.Eventually(t, func() bool { return s.gatesInUse() == 0 }, 5*time.Second, time.Millisecond, "a gate no one holds is forgotten")
 }
