@@ -171,7 +171,7 @@ func onHang(t *testing.T, err error) {
 	defer cancel()
 	out, derr := guest.Output(ctx, `pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
 ps -eo pid,ppid,stat,etime,time,args --forest | cut -c1-200
-journalctl -u shimd -u containerd -u kubelet --no-pager -o short-precise --since "-15min" | tail -n 5000`)
+journalctl -u shimd -u containerd -u kubelet -u shimd-vm-agent --no-pager -o short-precise --since "-15min" | tail -n 5000`)
 	t.Logf("a guest command ran past its deadline; the guest after it (%v):\n%s", derr, out)
 }
 

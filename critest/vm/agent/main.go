@@ -57,11 +57,15 @@ type agent struct {
 	w  *json.Encoder
 }
 
-// send writes one frame; with no client connected the frame is dropped.
+// send writes one frame; with no client connected the frame is dropped. A frame
+// that cannot be written is logged (the journal of shimd-vm-agent): a lost exit frame
+// leaves the host waiting for its command until the command's deadline.
 func (a *agent) send(f wire.Frame) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_ = a.w.Encode(f)
+	if err := a.w.Encode(f); err != nil {
+		log.Printf("request %d: frame not sent (exit frame %t): %v", f.ID, f.Exit != nil, err)
+	}
 }
 
 func (a *agent) run(req wire.Request) {
