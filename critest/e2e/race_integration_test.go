@@ -176,10 +176,18 @@ func TestStartContainerThatExitsAtOnce(t *testing.T) {
 	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
 	pod := newPod(t, rs, "quickexit")
+	startQuickExits(t, rs, pod, pod.container)
+	stopRemove(t, rs, pod.id)
+}
+
+// startQuickExits creates 24 containers in pod that print a line and exit, starts
+// them 6 at a time, and checks that every start succeeded and every container
+// exited 0 with its line logged. container makes a container's config.
+func startQuickExits(t *testing.T, rs runtimeapi.RuntimeServiceClient, pod *podFixture, container func(name string, cmd ...string) *runtimeapi.ContainerConfig) {
 	const n, parallel = 24, 6
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = pod.create(pod.container(fmt.Sprintf("q%d", i), "echo", "hello"))
+		ids[i] = pod.create(container(fmt.Sprintf("q%d", i), "echo", "hello"))
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -211,5 +219,4 @@ func TestStartContainerThatExitsAtOnce(t *testing.T) {
 		waitLog(t, st.LogPath, " stdout F hello\n")
 	}
 	require.Zero(t, failed, "of %d starts", n)
-	stopRemove(t, rs, pod.id)
 }
