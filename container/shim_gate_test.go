@@ -76,3 +76,38 @@ func TestTaskDeleteWaitsForCreates(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return s.gatesInUse() == 0 }, 5*time.Second, time.Millisecond, "a gate no one holds is forgotten")
 }
+
+// In a pause-less pod two task creates never overlap: both could start a shim, and
+// the loser's would be left running with no task. In a pod with a pause they do.
+func TestTaskCreatesOneAtATimeInAPauselessPod(t *testing.T) {
+	pods := &fakePods{sbs: map[string]*pod.Pod{"pl": {ID: "pl", Pauseless: true}, "pause": {ID: "pause"}}}
+	s := New(Options{Pods: pods, Node: NodeInfo{CPUs: "0", MemoryNodes: "0"}})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		pod     string
+		overlap bool
+	}{{"pl", false}, {"pause", true}} {
+		first, release := make(chan struct{}), make(chan struct{})
+		go func() {
+			_ = s.creatingTask(ctx, tc.pod, func() error { close(first); <-release; return nil })
+		}()
+		<-first
+		second := make(chan struct{})
+		go func() {
+			_ = s.creatingTask(ctx, tc.pod, func() error { close(second); return nil })
+		}()
+		select {
+		case <-second:
+			require.True(t, tc.overlap, "%s: a second create ran while the first was under way", tc.pod)
+		case <-time.After(100 * time.Millisecond):
+			require.False(t, tc.overlap, "%s: the second create waited", tc.pod)
+		}
+		close(release)
+		select {
+		case <-second:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the second create never ran", tc.pod)
+		}
+	}
+	require.Eventually(t, func() bool { return s.gatesInUse() == 0 }, 5*time.Second, time.Millisecond)
+}
