@@ -20,7 +20,7 @@ import (
 //     socket bind fails, its probe of the first's socket can land between the first's
 //     bind and listen and be refused, and it then removes that socket and binds its
 //     own. The first shim runs on with a socket no one can reach and no task, for
-//     good (make integration-pauseless's leak check: 2 of 34 rounds of 24 quick
+//     good (the leak check of TestPauselessStartsOfContainersThatExitAtOnce: 24 quick
 //     containers started 6 at a time).
 //
 // So a pause-less pod's task creates and deletes run one at a time (the pod's gate),
