@@ -542,3 +542,35 @@ func TestPauselessStartsOfContainersThatExitAtOnce(t *testing.T) {
 	})
 	stopRemove(t, rs, pod.id)
 }
+
+// Containers of a pause-less pod started one after another, each exiting at once, as
+// a pod's init containers run: most starts come while no task holds the pod's shim,
+// some just as the delete of the last one shuts it down (each start follows the one
+// before by 0 to 114 ms). Every start must make or find a live shim, and no shim may
+// be left. containerd's task delete returns only after its connection to a shim it
+// shut down closed and its clean-up ran (runtime/v2 shim.Delete). At 63647f5, 320
+// starts of `true` 0 to 120 ms apart all succeeded; in the run of 80 whose logs were
+// read, each made a new shim and none was made again.
+func TestPauselessChainOfContainersThatExitAtOnce(t *testing.T) {
+	env, rs := pauselessEnv(t)
+	pod := plPod(t, rs, podConfig("plchain"))
+	require.False(t, hasPauseTask(t, env, pod.id), "the pod runs without a pause")
+	const n = 30
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = pod.create(plContainer(pod, fmt.Sprintf("c%d", i), "echo", "hello"))
+	}
+	for i, id := range ids {
+		_, err := rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+		require.NoError(t, err, "start c%d", i)
+		time.Sleep(time.Duration(i*37%115) * time.Millisecond)
+	}
+	for i, id := range ids {
+		st := waitExited(t, rs, id)
+		require.Equal(t, int32(0), st.ExitCode, "c%d: %s %s", i, st.Reason, st.Message)
+		require.Equal(t, "Completed", st.Reason, "c%d", i)
+		waitLog(t, st.LogPath, " stdout F hello\n")
+	}
+	stopRemove(t, rs, pod.id)
+	env.CheckNoLeaks(t)
+}
