@@ -63,6 +63,9 @@ type pollResult struct {
 	daemonCPU, shimCPU float64 // ms of CPU per s of the window
 	shims              int     // shims alive at both ends of the window
 	rss, shimRSS       int64   // at the end of the window
+	// shimAnon is the shims' anonymous memory at the end: their own, which their RSS
+	// holds besides the pages of the shim binary that every shim maps.
+	shimAnon int64
 	// own: shimd alone (zero for containerd's CRI): its CPU in the window (ms/s), its
 	// RSS and anonymous memory at the end.
 	ownCPU          float64
@@ -151,6 +154,7 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 	var shimCPU time.Duration
 	for pid, a := range shimsAfter {
 		r.shimRSS += a.rss
+		r.shimAnon += a.anon
 		if bf, ok := shimsBefore[pid]; ok {
 			shimCPU += a.cpu - bf.cpu
 			r.shims++
@@ -357,6 +361,7 @@ func reportPolling(b *testing.B, n int, window time.Duration, sh, cd *costSide, 
 	row("daemons + shims CPU (ms/s)", rs.daemonCPU+rs.shimCPU, rc.daemonCPU+rc.shimCPU)
 	row("daemon RSS at the end (MiB)", mib(rs.rss), mib(rc.rss))
 	row("shims' RSS at the end, all (MiB)", mib(rs.shimRSS), mib(rc.shimRSS))
+	row("shims' anonymous memory at the end (MiB)", mib(rs.shimAnon), mib(rc.shimAnon))
 	for _, kind := range pollKinds {
 		for _, p := range []float64{50, 99} {
 			row(fmt.Sprintf("%s p%.0f (ms)", kind, p), ms(percentile(sh.samples[kind], p)), ms(percentile(cd.samples[kind], p)))
