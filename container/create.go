@@ -166,7 +166,7 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	// is also made first when paths of the request are to be checked in it.
 	db := s.userDBs.get(parent)
 	var mounts []mount.Mount
-	prepared := db == nil || s.treesOK.mayNeedRootfs(parent, c.Config) || c.restore != nil
+	prepared := db == nil || s.treesOK.mayNeedRootfs(parent, c.Config, img.Config.Config.WorkingDir) || c.restore != nil
 	if prepared {
 		// The layer has to exist before the record that names it: a lease keeps it
 		// from containerd's garbage collector until then.
@@ -207,7 +207,7 @@ func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod,
 	if err != nil {
 		return err
 	}
-	if err := s.treesOK.checkTreePaths(ctx, parent, c.Config, ociSpec, mounts); err != nil {
+	if err := s.treesOK.checkTreePaths(ctx, parent, c.Config, img.Config.Config.WorkingDir, ociSpec, mounts); err != nil {
 		return err
 	}
 	if c.restore != nil {

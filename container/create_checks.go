@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -51,12 +52,18 @@ func checkHostPaths(cfg *runtimeapi.ContainerConfig) error {
 type treePath struct {
 	field, path string
 	fileOK      bool // the last name may be a file
+	fromImage   bool // the image's own (its working dir): FailedPrecondition, not the request's fault
 }
 
-func treePaths(cfg *runtimeapi.ContainerConfig) []treePath {
+// treePaths are the request's paths, and the image's working directory (imageWD) when
+// the request sets none: the process starts there, so runc makes it as well.
+func treePaths(cfg *runtimeapi.ContainerConfig, imageWD string) []treePath {
 	var out []treePath
-	if wd := cfg.GetWorkingDir(); wd != "" {
+	switch wd := cfg.GetWorkingDir(); {
+	case wd != "":
 		out = append(out, treePath{field: "config.working_dir", path: wd})
+	case imageWD != "":
+		out = append(out, treePath{field: "image.working_dir", path: imageWD, fromImage: true})
 	}
 	sc := cfg.GetLinux().GetSecurityContext()
 	for name, list := range map[string][]string{"masked_paths": sc.GetMaskedPaths(), "readonly_paths": sc.GetReadonlyPaths()} {
@@ -71,8 +78,8 @@ func treePaths(cfg *runtimeapi.ContainerConfig) []treePath {
 // in this image (chain id) before, so the writable layer is prepared before the
 // container record. The kubelet's masked and read-only paths are all in /proc and
 // /sys, which the image does not hold.
-func (tc *treeCache) mayNeedRootfs(chainID string, cfg *runtimeapi.ContainerConfig) bool {
-	return slices.ContainsFunc(treePaths(cfg), func(p treePath) bool {
+func (tc *treeCache) mayNeedRootfs(chainID string, cfg *runtimeapi.ContainerConfig, imageWD string) bool {
+	return slices.ContainsFunc(treePaths(cfg, imageWD), func(p treePath) bool {
 		c := path.Clean(p.path)
 		return !under(c, "/proc") && !under(c, "/sys") && !tc.has(chainID, treePath{path: c, fileOK: p.fileOK})
 	})
@@ -81,9 +88,11 @@ func (tc *treeCache) mayNeedRootfs(chainID string, cfg *runtimeapi.ContainerConf
 // checkTreePaths judges the tree paths against the container as runc will build it
 // (treePathsOutsideImage), and those left in the image's rootfs in the writable layer
 // (rootfs, mounted read-only, and only for paths not found sound in this image
-// before). A file where a directory must be is InvalidArgument naming the field.
-func (tc *treeCache) checkTreePaths(ctx context.Context, chainID string, cfg *runtimeapi.ContainerConfig, sp *specs.Spec, rootfs []mount.Mount) error {
-	inImage, err := treePathsOutsideImage(cfg, sp)
+// before). A file where a directory must be is InvalidArgument naming the field, or
+// FailedPrecondition naming image.working_dir when the image's own working directory
+// is one.
+func (tc *treeCache) checkTreePaths(ctx context.Context, chainID string, cfg *runtimeapi.ContainerConfig, imageWD string, sp *specs.Spec, rootfs []mount.Mount) error {
+	inImage, err := treePathsOutsideImage(cfg, imageWD, sp)
 	if err != nil {
 		return err
 	}
@@ -139,14 +148,15 @@ func (c *treeCache) add(chainID string, paths []treePath) {
 // source, one in /dev against the device nodes runc makes, one on another kernel
 // filesystem (proc, sysfs, tmpfs...) not at all, and returns the rest, cleaned: they
 // are in the image's rootfs.
-func treePathsOutsideImage(cfg *runtimeapi.ContainerConfig, s *specs.Spec) ([]treePath, error) {
+func treePathsOutsideImage(cfg *runtimeapi.ContainerConfig, imageWD string, s *specs.Spec) ([]treePath, error) {
 	var inImage []treePath
-	for _, p := range treePaths(cfg) {
+	for _, p := range treePaths(cfg, imageWD) {
 		clean := path.Clean(p.path)
 		m := coveringMount(s.Mounts, clean)
 		switch {
 		case m == nil:
-			inImage = append(inImage, treePath{p.field, clean, p.fileOK})
+			p.path = clean
+			inImage = append(inImage, p)
 		case m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind"):
 			if err := checkInBindSource(p, m, strings.TrimPrefix(clean, path.Clean(m.Destination))); err != nil {
 				return nil, err
@@ -299,8 +309,12 @@ func walkTree(t tree, p treePath, rel string) error {
 }
 
 func notADirectory(p treePath, at, what string) error {
+	msg := fmt.Sprintf("%s: %s is %s, not a directory", quote(p.path), quote(at), what)
 	if at == path.Clean(p.path) {
-		return invalid(p.field, "%s is %s, not a directory", quote(p.path), what)
+		msg = fmt.Sprintf("%s is %s, not a directory", quote(p.path), what)
 	}
-	return invalid(p.field, "%s: %s is %s, not a directory", quote(p.path), quote(at), what)
+	if p.fromImage {
+		return fmt.Errorf("%s: %s: %w", p.field, msg, errdefs.ErrFailedPrecondition)
+	}
+	return invalid(p.field, "%s", msg)
 }

@@ -79,10 +79,16 @@ func TestTreePaths(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		wd      string
+		imageWD string // the image config's WorkingDir
 		masked  string
 		invalid bool
 		inImage bool // left for the rootfs walk (and passing it unless invalid)
 	}{
+		{name: "image wd a directory", imageWD: "/usr/bin", inImage: true},
+		{name: "image wd missing", imageWD: "/srv/app", inImage: true},
+		{name: "image wd a file", imageWD: "/etc/passwd", inImage: true, invalid: true},
+		{name: "image wd a host file mount", imageWD: "/etc/hosts", invalid: true},
+		{name: "request wd wins over the image's", wd: "/usr/bin", imageWD: "/etc/passwd", inImage: true},
 		{name: "wd missing", wd: "/work/dir", inImage: true},
 		{name: "wd a directory", wd: "/usr/bin", inImage: true},
 		{name: "wd a file", wd: "/etc/passwd", inImage: true, invalid: true},
@@ -121,13 +127,19 @@ func TestTreePaths(t *testing.T) {
 				cfg.Linux.SecurityContext.MaskedPaths = []string{"/proc/kcore", tt.masked}
 				field = "config.linux.security_context.masked_paths[1]"
 			}
-			inImage, err := treePathsOutsideImage(cfg, s)
+			inImage, err := treePathsOutsideImage(cfg, tt.imageWD, s)
 			if err == nil {
 				require.Equal(t, tt.inImage, len(inImage) > 0, "%v", inImage)
 				err = checkInImage(root, inImage)
 			}
 			if !tt.invalid {
 				require.NoError(t, err)
+				return
+			}
+			if tt.wd == "" && tt.imageWD != "" {
+				// Not the request's fault: the image's own working directory.
+				require.ErrorIs(t, err, errdefs.ErrFailedPrecondition)
+				require.ErrorContains(t, err, "image.working_dir")
 				return
 			}
 			require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
@@ -141,15 +153,17 @@ func TestMayNeedRootfs(t *testing.T) {
 		MaskedPaths:   []string{"/proc/acpi", "/proc/kcore", "/sys/firmware", "/sys/devices/virtual/powercap"},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/sys", "/proc/sysrq-trigger"}}}}
 	m := &Manager{}
-	require.False(t, m.treesOK.mayNeedRootfs("c1", kubelet), "the kubelet's default lists")
-	require.False(t, m.treesOK.mayNeedRootfs("c1", &runtimeapi.ContainerConfig{}))
+	require.False(t, m.treesOK.mayNeedRootfs("c1", kubelet, ""), "the kubelet's default lists")
+	require.False(t, m.treesOK.mayNeedRootfs("c1", &runtimeapi.ContainerConfig{}, ""))
 	app := &runtimeapi.ContainerConfig{WorkingDir: "/app/./"}
-	require.True(t, m.treesOK.mayNeedRootfs("c1", app))
+	require.True(t, m.treesOK.mayNeedRootfs("c1", app, ""))
 	m.treesOK.add("c1", []treePath{{path: "/app"}})
-	require.False(t, m.treesOK.mayNeedRootfs("c1", app), "found sound in this image before")
-	require.True(t, m.treesOK.mayNeedRootfs("c2", app), "another image")
+	require.False(t, m.treesOK.mayNeedRootfs("c1", app, ""), "found sound in this image before")
+	require.True(t, m.treesOK.mayNeedRootfs("c2", app, ""), "another image")
 	kubelet.Linux.SecurityContext.MaskedPaths = append(kubelet.Linux.SecurityContext.MaskedPaths, "/etc/secret")
-	require.True(t, m.treesOK.mayNeedRootfs("c1", kubelet))
+	require.True(t, m.treesOK.mayNeedRootfs("c1", kubelet, ""))
+	require.True(t, m.treesOK.mayNeedRootfs("c1", &runtimeapi.ContainerConfig{}, "/srv"), "the image's working dir")
+	require.False(t, m.treesOK.mayNeedRootfs("c1", &runtimeapi.ContainerConfig{}, "/app"), "the image's, found sound before")
 }
 
 // FuzzTreePaths: any working directory or masked path is judged against an image
@@ -180,7 +194,7 @@ func FuzzTreePaths(f *testing.F) {
 		} else {
 			cfg.WorkingDir = p
 		}
-		inImage, err := treePathsOutsideImage(cfg, s)
+		inImage, err := treePathsOutsideImage(cfg, "", s)
 		if err == nil {
 			err = checkInImage(root, inImage)
 		}

@@ -131,6 +131,11 @@ type layerFile struct {
 // layeredImage adds an image with a layer per entry, bottom first, and returns the
 // layers' digests.
 func (r *blobRegistry) layeredImage(t *testing.T, tag string, files []layerFile) []digest.Digest {
+	return r.configuredImage(t, tag, files, ocispec.ImageConfig{Cmd: []string{"/" + files[len(files)-1].file}})
+}
+
+// configuredImage is layeredImage with the image config's Config given.
+func (r *blobRegistry) configuredImage(t *testing.T, tag string, files []layerFile, config ocispec.ImageConfig) []digest.Digest {
 	var descs []ocispec.Descriptor
 	var diffIDs, digests []digest.Digest
 	for _, f := range files {
@@ -159,7 +164,7 @@ func (r *blobRegistry) layeredImage(t *testing.T, tag string, files []layerFile)
 	}
 	cfg, err := json.Marshal(ocispec.Image{
 		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
-		Config:   ocispec.ImageConfig{Cmd: []string{"/" + files[len(files)-1].file}},
+		Config:   config,
 		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: diffIDs},
 	})
 	require.NoError(t, err)

@@ -3,11 +3,13 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -164,4 +166,50 @@ func createdState(t *testing.T, env *harness.Env, rs runtimeapi.RuntimeServiceCl
 		"cri containers": len(list.Containers), "containerd containers": len(containerdIDs(t, env)),
 		"snapshots": len(snapshotNames(t, cl)), "leases": len(leases),
 	}
+}
+
+// TestImageWorkingDirAFile: an image whose own working directory (config WorkingDir)
+// is a file in its layers, the one kind of runc refusal an outside run of 10,030
+// hostile requests still saw answered Unknown at StartContainer ("mkdir /wd: file
+// exists"). A container that sets no working_dir of its own is refused at create with
+// FailedPrecondition naming image.working_dir and the path, leaving nothing behind; one
+// that sets a working_dir is created, the image's then being unused.
+func TestImageWorkingDirAFile(t *testing.T) {
+	requireRoot(t)
+	const host = "wdfile.test"
+	reg := newBlobRegistry(t)
+	reg.configuredImage(t, "v1", []layerFile{{file: "wd", data: "a file, not a directory\n"}},
+		ocispec.ImageConfig{Cmd: []string{"/wd"}, WorkingDir: "/wd"})
+	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{
+		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
+	}})
+	rs, is := env.Shimd.Runtime(t), env.Shimd.Images(t)
+	ref := host + "/repo/wd:v1"
+	_, err := is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	require.NoError(t, err)
+	pod := newPod(t, rs, "image-wd")
+	cfg := func() *runtimeapi.ContainerConfig {
+		c := pod.container("wd", "/wd")
+		c.Image.Image = ref
+		return c
+	}
+
+	// Twice: the second create finds the image's user database cached and so does not
+	// need the writable layer for the user; the working dir check must still run.
+	for i := range 2 {
+		before := createdState(t, env, rs)
+		_, err = rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.id, Config: cfg(), SandboxConfig: pod.cfg})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "attempt %d: %v", i, err)
+		require.Contains(t, status.Convert(err).Message(), `image.working_dir: "/wd" is a file in the image, not a directory`)
+		require.Equal(t, before, createdState(t, env, rs), "a refused request left something")
+		if i == 0 {
+			// Fill the user database cache with a create that succeeds.
+			ok := cfg()
+			ok.Metadata.Name, ok.WorkingDir = "other-wd", "/"
+			id := pod.create(ok)
+			_, err := rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+			require.NoError(t, err)
+		}
+	}
+	stopRemove(t, rs, pod.id)
 }
