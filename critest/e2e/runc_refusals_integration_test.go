@@ -168,48 +168,73 @@ func createdState(t *testing.T, env *harness.Env, rs runtimeapi.RuntimeServiceCl
 	}
 }
 
-// TestImageWorkingDirAFile: an image whose own working directory (config WorkingDir)
-// is a file in its layers, the one kind of runc refusal an outside run of 10,030
-// hostile requests still saw answered Unknown at StartContainer ("mkdir /wd: file
-// exists"). A container that sets no working_dir of its own is refused at create with
-// FailedPrecondition naming image.working_dir and the path, leaving nothing behind; one
-// that sets a working_dir is created, the image's then being unused.
-func TestImageWorkingDirAFile(t *testing.T) {
+// TestImageConfigRefusedAtCreate: images whose own config holds what runc refuses
+// only at start: a working directory that is a file in the layers (the one kind of
+// runc refusal an outside run of 10,030 hostile requests still saw answered Unknown at
+// StartContainer, "mkdir /wd: file exists"), env entries that are not NAME=VALUE, a
+// NUL in the cmd. A container that takes the field from the image is refused at
+// create with FailedPrecondition naming the image's field, leaving nothing behind; one
+// whose config replaces the field is created.
+func TestImageConfigRefusedAtCreate(t *testing.T) {
 	requireRoot(t)
-	const host = "wdfile.test"
+	const host = "badimage.test"
 	reg := newBlobRegistry(t)
-	reg.configuredImage(t, "v1", []layerFile{{file: "wd", data: "a file, not a directory\n"}},
-		ocispec.ImageConfig{Cmd: []string{"/wd"}, WorkingDir: "/wd"})
+	layer := []layerFile{{file: "wd", data: "a file, not a directory\n"}}
+	for _, tt := range []struct {
+		tag string
+		cfg ocispec.ImageConfig
+	}{
+		{"wd", ocispec.ImageConfig{Cmd: []string{"/wd"}, WorkingDir: "/wd"}},
+		{"env", ocispec.ImageConfig{Cmd: []string{"/wd"}, Env: []string{"PATH=/bin", "NOVALUE"}}},
+		{"envname", ocispec.ImageConfig{Cmd: []string{"/wd"}, Env: []string{"=x"}}},
+		{"cmd", ocispec.ImageConfig{Cmd: []string{"/wd", "a\x00b"}}},
+	} {
+		reg.configuredImage(t, tt.tag, layer, tt.cfg)
+	}
 	env := harness.New(t, harness.Options{Shimd: harness.ShimdOptions{
 		ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", reg.hostsDir(t, host)),
 	}})
 	rs, is := env.Shimd.Runtime(t), env.Shimd.Images(t)
-	ref := host + "/repo/wd:v1"
-	_, err := is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
-	require.NoError(t, err)
-	pod := newPod(t, rs, "image-wd")
-	cfg := func() *runtimeapi.ContainerConfig {
-		c := pod.container("wd", "/wd")
-		c.Image.Image = ref
-		return c
-	}
-
-	// Twice: the second create finds the image's user database cached and so does not
-	// need the writable layer for the user; the working dir check must still run.
-	for i := range 2 {
-		before := createdState(t, env, rs)
-		_, err = rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.id, Config: cfg(), SandboxConfig: pod.cfg})
-		require.Equal(t, codes.FailedPrecondition, status.Code(err), "attempt %d: %v", i, err)
-		require.Contains(t, status.Convert(err).Message(), `image.working_dir: "/wd" is a file in the image, not a directory`)
-		require.Equal(t, before, createdState(t, env, rs), "a refused request left something")
-		if i == 0 {
-			// Fill the user database cache with a create that succeeds.
-			ok := cfg()
-			ok.Metadata.Name, ok.WorkingDir = "other-wd", "/"
-			id := pod.create(ok)
-			_, err := rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+	pod := newPod(t, rs, "bad-images")
+	for _, tt := range []struct {
+		tag, want string
+		fix       func(*runtimeapi.ContainerConfig) // a config that replaces the field
+	}{
+		{"wd", `image.working_dir: "/wd" is a file in the image, not a directory`, func(c *runtimeapi.ContainerConfig) { c.WorkingDir = "/" }},
+		{"env", `image.env[1]: "NOVALUE" is not NAME=VALUE`, func(c *runtimeapi.ContainerConfig) {
+			c.Envs = []*runtimeapi.KeyValue{{Key: "NOVALUE", Value: []byte("set")}}
+		}},
+		{"envname", `image.env[0]: "=x" has no name`, nil},
+		{"cmd", `image.cmd[1]: "a\x00b" holds a NUL byte`, func(c *runtimeapi.ContainerConfig) { c.Args = []string{"ok"} }},
+	} {
+		t.Run(tt.tag, func(t *testing.T) {
+			ref := host + "/repo/bad:" + tt.tag
+			_, err := is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 			require.NoError(t, err)
-		}
+			cfg := func() *runtimeapi.ContainerConfig {
+				c := pod.container(tt.tag)
+				c.Image.Image = ref
+				return c
+			}
+			// Twice: the second create finds the image's user database cached and so
+			// needs the writable layer for nothing but the checks.
+			for i := range 2 {
+				before := createdState(t, env, rs)
+				_, err = rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.id, Config: cfg(), SandboxConfig: pod.cfg})
+				require.Equal(t, codes.FailedPrecondition, status.Code(err), "attempt %d: %v", i, err)
+				require.Contains(t, status.Convert(err).Message(), tt.want)
+				require.Equal(t, before, createdState(t, env, rs), "a refused request left something")
+				if i > 0 || tt.fix == nil {
+					continue
+				}
+				ok := cfg()
+				ok.Metadata.Name = tt.tag + "-fixed"
+				tt.fix(ok)
+				id := pod.create(ok)
+				_, err := rs.RemoveContainer(ctxT(t, time.Minute), &runtimeapi.RemoveContainerRequest{ContainerId: id})
+				require.NoError(t, err)
+			}
+		})
 	}
 	stopRemove(t, rs, pod.id)
 }

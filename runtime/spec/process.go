@@ -2,7 +2,9 @@ package spec
 
 import (
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -67,9 +69,15 @@ func processArgs(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) ([]st
 	command, args := cfg.GetCommand(), cfg.GetArgs()
 	if len(command) == 0 {
 		if len(img.Entrypoint) != 1 || img.Entrypoint[0] != "" {
+			if err := noNULInImage("image.entrypoint", img.Entrypoint); err != nil {
+				return nil, err
+			}
 			command = img.Entrypoint
 		}
 		if len(args) == 0 {
+			if err := noNULInImage("image.cmd", img.Cmd); err != nil {
+				return nil, err
+			}
 			args = img.Cmd
 		}
 	}
@@ -89,10 +97,47 @@ func workingDir(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) (strin
 	if dir == "" {
 		return "/", nil
 	}
+	if field == "image.working_dir" && strings.IndexByte(dir, 0) >= 0 {
+		return "", badImage(field, "%q holds a NUL byte", dir)
+	}
 	if !path.IsAbs(dir) {
+		if field == "image.working_dir" {
+			return "", badImage(field, "%q is not absolute", dir)
+		}
 		return "", invalid(field, "%q is not absolute", dir)
 	}
 	return path.Clean(dir), nil
+}
+
+// What runc refuses of the image's own process fields only when it starts the
+// container, with an error only its text explains, is refused at create as the
+// image's fault (FailedPrecondition naming the image's field), and only for the fields
+// the process gets: a NUL in the entrypoint, cmd or working dir (the kernel ends
+// strings there; Go's exec refuses them), an env entry that is not NAME=VALUE with a
+// name and no NUL (runc: "invalid environment variable").
+
+func noNULInImage(field string, list []string) error {
+	for i, a := range list {
+		if strings.IndexByte(a, 0) >= 0 {
+			return badImage(fmt.Sprintf("%s[%d]", field, i), "%q holds a NUL byte", a)
+		}
+	}
+	return nil
+}
+
+// imageEnvEntry judges the image's env entry i, kv.
+func imageEnvEntry(i int, kv string) error {
+	field := fmt.Sprintf("image.env[%d]", i)
+	k, _, ok := strings.Cut(kv, "=")
+	switch {
+	case !ok:
+		return badImage(field, "%q is not NAME=VALUE", kv)
+	case k == "":
+		return badImage(field, "%q has no name", kv)
+	case strings.IndexByte(kv, 0) >= 0:
+		return badImage(field, "%q holds a NUL byte", kv)
+	}
+	return nil
 }
 
 // mergeEnv gives the config's envs precedence over the image's, and both over the
@@ -101,11 +146,13 @@ func workingDir(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) (strin
 // defaults not set by either.
 func mergeEnv(in Input) ([]string, error) {
 	var (
-		env   []string
-		index = map[string]int{}
+		env       []string
+		index     = map[string]int{}
+		fromImage = map[string]int{} // key -> index in the image's env, while the image's entry stands
 	)
 	set := func(kv string) {
 		k, _, _ := strings.Cut(kv, "=")
+		delete(fromImage, k)
 		if i, ok := index[k]; ok {
 			env[i] = kv
 			return
@@ -113,14 +160,21 @@ func mergeEnv(in Input) ([]string, error) {
 		index[k] = len(env)
 		env = append(env, kv)
 	}
-	for _, kv := range in.Image.Env {
+	for i, kv := range in.Image.Env {
 		set(kv)
+		k, _, _ := strings.Cut(kv, "=")
+		fromImage[k] = i
 	}
 	for i, e := range in.Config.GetEnvs() {
 		if e.GetKey() == "" || strings.Contains(e.GetKey(), "=") {
 			return nil, invalid(fmt.Sprintf("config.envs[%d].key", i), "%q is not a variable name", e.GetKey())
 		}
 		set(e.GetKey() + "=" + string(e.GetValue()))
+	}
+	for _, i := range slices.Sorted(maps.Values(fromImage)) {
+		if err := imageEnvEntry(i, in.Image.Env[i]); err != nil {
+			return nil, err
+		}
 	}
 	defaults := []string{defaultPath}
 	if h := in.SandboxConfig.GetHostname(); h != "" {

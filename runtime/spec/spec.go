@@ -178,6 +178,12 @@ func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 }
 
+// badImage is a FailedPrecondition error naming a field of the image's config: the
+// request is sound, the image it names is not.
+func badImage(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), errdefs.ErrFailedPrecondition)
+}
+
 // optFunc adapts a plain spec mutation to oci.SpecOpts.
 func optFunc(f func(s *specs.Spec)) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {

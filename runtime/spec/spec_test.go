@@ -151,6 +151,41 @@ func TestContainerEnv(t *testing.T) {
 			wantErr: errdefs.ErrInvalidArgument},
 		{name: "key with =", mutate: func(in *Input) { in.Config.Envs = []*runtimeapi.KeyValue{kv("A=B", "x")} },
 			wantErr: errdefs.ErrInvalidArgument},
+		// What runc refuses at start of an image's env is the image's fault.
+		{name: "image entry without =", mutate: func(in *Input) { in.Image.Env = []string{"A=1", "NOVALUE"} },
+			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "image entry without a name", mutate: func(in *Input) { in.Image.Env = []string{"=1"} },
+			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "image entry with NUL", mutate: func(in *Input) { in.Image.Env = []string{"A=x\x00y"} },
+			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "image entry the config replaces is not judged", mutate: func(in *Input) {
+			in.Image.Env = []string{"A"}
+			in.Config.Envs = []*runtimeapi.KeyValue{kv("A", "x")}
+		}, check: env("A=x", defaultPath, "HOSTNAME=podhost")},
+		{name: "image entry with an empty value", mutate: func(in *Input) { in.Image.Env = []string{"A="} },
+			check: env("A=", defaultPath, "HOSTNAME=podhost")},
+	})
+}
+
+// The image's own process fields: what runc would refuse only at start is refused
+// here, as the image's fault; a field the config replaces is not judged.
+func TestContainerImageStrings(t *testing.T) {
+	runCases(t, []testCase{
+		{name: "NUL in the entrypoint", mutate: func(in *Input) { in.Image.Entrypoint = []string{"/e\x00"} },
+			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "NUL in the cmd", mutate: func(in *Input) { in.Image.Cmd = []string{"a", "b\x00"} },
+			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "NUL in the working dir", mutate: func(in *Input) { in.Image.WorkingDir = "/w\x00" },
+			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "config working dir over a bad image one", mutate: func(in *Input) {
+			in.Image.WorkingDir, in.Config.WorkingDir = "w\x00", "/ok"
+		}, check: func(t *testing.T, s *specs.Spec) { require.Equal(t, "/ok", s.Process.Cwd) }},
+		{name: "config command over a bad entrypoint and cmd", mutate: func(in *Input) {
+			in.Image.Entrypoint, in.Image.Cmd, in.Config.Command = []string{"/e\x00"}, []string{"\x00"}, []string{"/c"}
+		}, check: args("/c")},
+		{name: "config args over a bad cmd", mutate: func(in *Input) {
+			in.Image.Cmd, in.Config.Args = []string{"\x00"}, []string{"a"}
+		}, check: args("/entry", "a")},
 	})
 }
 
@@ -165,7 +200,7 @@ func TestContainerProcess(t *testing.T) {
 		{name: "relative config working dir", mutate: func(in *Input) { in.Config.WorkingDir = "rel" },
 			wantErr: errdefs.ErrInvalidArgument},
 		{name: "relative image working dir", mutate: func(in *Input) { in.Image.WorkingDir = "rel" },
-			wantErr: errdefs.ErrInvalidArgument},
+			wantErr: errdefs.ErrFailedPrecondition},
 		{name: "tty", mutate: func(in *Input) { in.Config.Tty, in.Config.Stdin = true, true },
 			check: func(t *testing.T, s *specs.Spec) { require.True(t, s.Process.Terminal) }},
 		{name: "no tty by default", check: func(t *testing.T, s *specs.Spec) { require.False(t, s.Process.Terminal) }},
