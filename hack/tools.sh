@@ -8,6 +8,10 @@
 #   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            $KUBELET_VERSION and the etcd its go.mod uses, for the one-node
 #                            cluster (make e2e-cluster)
+#   hack/tools.sh kubeadm    kubeadm and kube-proxy $KUBELET_VERSION and CoreDNS
+#                            $COREDNS_VERSION (the one kubeadm of that release deploys):
+#                            the parts of a kubeadm cluster beyond the one-node cluster's
+#                            (issue 47; not part of all yet)
 #   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost and the
 #                            ginkgo CLI of e2e.test's ginkgo, $KUBELET_VERSION (make
 #                            node-conformance; about 15 minutes and 4 GB of memory the first time)
@@ -39,6 +43,8 @@ GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
 # CRIU: the upstream release and the Debian source package (trixie's) it is built from.
 CRIU_VERSION=${CRIU_VERSION:-4.1.1}
 CRIU_DEBIAN_VERSION=${CRIU_DEBIAN_VERSION:-$CRIU_VERSION-1}
+# kubeadm v1.37.2 deploys CoreDNS v1.14.6 (cmd/kubeadm/app/constants: CoreDNSVersion).
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.6}
 # Empty: the etcd version Kubernetes $KUBELET_VERSION's go.mod requires.
 ETCD_VERSION=${ETCD_VERSION:-}
 # One directory per Kubernetes release: the kubelet, the control plane, kubectl, etcd,
@@ -205,6 +211,7 @@ kube_bins() { # name...: build those of them that are missing, at once
 	for b in "$@"; do
 		local v=--version
 		[ "$b" = kubectl ] && v="version --client"
+		[ "$b" = kubeadm ] && v="version -o short"
 		# shellcheck disable=SC2086 # $v is two words for kubectl
 		[ -x "$KBIN/$b" ] && grep -qwF -- "$KUBELET_VERSION" <<<"$(printed "$KBIN/$b" $v)" || missing+=("$b")
 	done
@@ -223,6 +230,28 @@ kube_bins() { # name...: build those of them that are missing, at once
 	mkdir -p "$KBIN"
 	for b in "${missing[@]}"; do mv "$out/$b" "$KBIN/$b"; done
 	rm -rf "$d" "$out"
+}
+
+# CoreDNS $COREDNS_VERSION, static, beside the release's binaries (kubeadm's DNS
+# add-on; an image of it is made from this binary).
+coredns_bin() {
+	if [ -x "$KBIN/coredns" ] && grep -qF "CoreDNS-${COREDNS_VERSION#v}" <<<"$(printed "$KBIN/coredns" -version)"; then return 0; fi
+	log "building CoreDNS $COREDNS_VERSION"
+	local d
+	d=$(mktemp -d)
+	(
+		cd "$d"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0
+		go mod init x >/dev/null 2>&1
+		go get "github.com/coredns/coredns@$COREDNS_VERSION" >/dev/null 2>&1
+		mkdir -p "$KBIN"
+		go build -ldflags "-s -w" -o "$KBIN/coredns" github.com/coredns/coredns
+	)
+	rm -rf "$d"
+	grep -qF "CoreDNS-${COREDNS_VERSION#v}" <<<"$(printed "$KBIN/coredns" -version)" || {
+		log "the coredns built says: $(printed "$KBIN/coredns" -version)"
+		return 1
+	}
 }
 
 # k8s_require module: the version of module that k8s.io/kubernetes $KUBELET_VERSION's
@@ -416,6 +445,7 @@ runsc) runsc_bins ;;
 criu) criu_bin ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 e2e) e2e_bins ;;
+kubeadm) kube_bins kubeadm kube-proxy; coredns_bin ;;
 all) debs; containerd_bins; runc_bin; criu_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
-*) echo "usage: $0 debs|containerd|containerd-profiled|runc|critools|kubelet|runsc|criu|cluster|e2e|all" >&2; exit 2 ;;
+*) echo "usage: $0 debs|containerd|containerd-profiled|runc|critools|kubelet|runsc|criu|cluster|kubeadm|e2e|all" >&2; exit 2 ;;
 esac
