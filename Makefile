@@ -124,7 +124,7 @@ e2e-kubelet-pause-always: tools
 integration-pauseless: tools
 	SHIMD_PAUSE=when-needed $(GO) test -tags integration -count=1 -p 1 -timeout 40m ./critest/e2e/
 
-# critest v1.36.0 against shimd, offline (critest/README.md). CRITEST_FOCUS, CRITEST_PARALLEL.
+# critest v1.37.0 against shimd, offline, with its NRI specs (critest/README.md). CRITEST_FOCUS, CRITEST_PARALLEL.
 .PHONY: critest critest-soak critest-runsc integration-runsc
 critest: tools
 	$(GO) test -tags integration -count=1 -timeout 60m -run TestCritest -v ./critest/conformance/

@@ -96,12 +96,17 @@ func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	cctx, cancel := s.detachedContext(ctx)
 	defer cancel()
 	st := newSteps()
+	// NRI plugins' synchronization waits until the container is listed or gone, so
+	// a plugin that connects meanwhile learns of it one way or the other.
+	unblock := s.nri.blockSync()
 	if err := s.createContainer(cctx, c, sb, img, rt, st); err != nil {
 		// Plugins that saw it created hear it is gone.
 		s.nri.containerEvent(cctx, api.Event_REMOVE_CONTAINER, c)
+		unblock()
 		return nil, err
 	}
 	s.containers.add(c)
+	unblock()
 	log.G(ctx).WithField("steps", st).Info("container created")
 	s.events.Emit(c.ID, c.SandboxID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	s.nri.containerEvent(cctx, api.Event_POST_CREATE_CONTAINER, c)

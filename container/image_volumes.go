@@ -49,7 +49,8 @@ func (v *imageVolumes) dir(sandboxID string) string {
 }
 
 // mount mounts the images c's config mounts as volumes and returns the
-// config with those mounts' host paths set to them; other mounts are unchanged.
+// config with those mounts' host paths set to them and their images' ids in
+// image.image_ref; other mounts are unchanged.
 func (v *imageVolumes) mount(ctx context.Context, c *Container, sb pod.Pod, snapshotter string) (*runtimeapi.ContainerConfig, error) {
 	cfg := c.Config
 	for i, m := range c.Config.GetMounts() {
@@ -83,6 +84,9 @@ func (v *imageVolumes) mount(ctx context.Context, c *Container, sb pod.Pod, snap
 			cfg = proto.Clone(c.Config).(*runtimeapi.ContainerConfig)
 		}
 		cfg.Mounts[i].HostPath = target
+		// The image's id, as PullImage answers it: ContainerStatus reports it
+		// (ImageSpec.image_ref, KEP-5365) for the kubelet's image volume status.
+		cfg.Mounts[i].Image.ImageRef = img.ID
 		if sb.UserNamespace() != nil {
 			// The volume is id-mapped to the pod already (volume); the kubelet sends
 			// the pod's mappings with every mount of such a pod, and an id-mapped

@@ -18,7 +18,9 @@ import (
 
 // NRI plugins (package nri) hear of pods and containers through these calls:
 //
-//	RunPodSandbox            after the pod is READY; a plugin's error undoes the pod
+//	RunPodSandbox            after the pod is READY, before it is listed (no
+//	                         container can be made in it yet); a plugin's error
+//	                         undoes the pod
 //	StopPodSandbox           after a READY pod stopped
 //	RemovePodSandbox         after the pod is removed
 //	UpdatePodSandboxResources before it is recorded; a plugin's error fails it
@@ -267,23 +269,36 @@ func fromNRIResources(r *api.LinuxResources, base *runtimeapi.LinuxContainerReso
 	return out
 }
 
-// RunPod tells plugins of a new pod; FailedPrecondition if one refuses it (the
-// caller undoes the pod).
-func (n *NRIGlue) RunPod(ctx context.Context, id string) error {
-	if !n.on() {
-		return nil
+// RunPod tells plugins of a new pod, READY but not yet listed (sandbox.Manager.Run's
+// announce); FailedPrecondition if one refuses it (Run undoes the pod). Plugins'
+// synchronization waits from here until done (the pod is listed or undone), so
+// that a plugin that connects meanwhile learns of the pod either from this event or
+// from its synchronization, as with containerd.
+func (n *NRIGlue) RunPod(ctx context.Context, sb pod.Pod) (done func(), err error) {
+	if n.plugins == nil {
+		return nil, nil
 	}
-	sb, err := n.m.opts.Pods.Pod(id)
-	if err != nil {
-		return err
-	}
+	done = n.blockSync()
 	// Detached: a kubelet that gives up must not make plugins refuse the pod.
 	cctx, cancel := n.m.detachedContext(ctx)
 	defer cancel()
 	if err := n.podEvent(cctx, api.Event_RUN_POD_SANDBOX, sb); err != nil {
-		return fmt.Errorf("%v: %w", err, errdefs.ErrFailedPrecondition)
+		return done, fmt.Errorf("%v: %w", err, errdefs.ErrFailedPrecondition)
 	}
-	return nil
+	return done, nil
+}
+
+// blockSync holds off plugins' synchronization (which lists the pods and
+// containers that exist, State) until unblock is called: a pod or container being
+// made, not yet listed but already told to plugins, is then neither missed by a
+// plugin that connects meanwhile nor told to it twice. A no-op without NRI, or
+// with NRIPlugins that cannot (BlockSync). Never called while holding it: a
+// second hold waits for a synchronization waiting for the first.
+func (n *NRIGlue) blockSync() (unblock func()) {
+	if b, ok := n.plugins.(interface{ BlockSync() (unblock func()) }); ok {
+		return b.BlockSync()
+	}
+	return func() {}
 }
 
 // PodStopped tells plugins a pod stopped, once per pod.

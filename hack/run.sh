@@ -3,7 +3,7 @@
 #   - installs containerd, runc and the CNI plugins from Debian if they are missing,
 #   - starts containerd (with its own CRI plugin off) if nothing answers on its socket,
 #   - writes a bridge CNI network in 198.18.0.0/16 if /etc/cni/net.d has none,
-#   - installs crictl v1.36.0 to /usr/local/bin if no crictl is on PATH, and writes
+#   - installs crictl v1.37.0 to /usr/local/bin if no crictl is on PATH, and writes
 #     /etc/crictl.yaml for shimd's socket (an existing one that points elsewhere is
 #     kept as /etc/crictl.yaml.bak), so that `crictl pods` works at once,
 #   - builds shimd and starts it on /run/shimd/shimd.sock.
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 CONTAINERD_SOCK=${CONTAINERD_SOCK:-/run/containerd/containerd.sock}
 SHIMD_ENDPOINT=unix:///run/shimd/shimd.sock
-CRICTL_VERSION=${CRICTL_VERSION:-v1.36.0}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
 LOGDIR=/var/log/shimd
 mkdir -p "$LOGDIR" /etc/shimd /run/shimd
 # systemd runs as PID 1 (not merely installed): the directory exists only then.
@@ -70,7 +70,7 @@ sysctl -qw net.ipv4.conf.all.route_localnet=1 || true
 # for crictl alone (a throwaway module, cri-tools from the Go module proxy).
 install_crictl() {
 	command -v crictl >/dev/null && return 0
-	local cached=${SHIMD_TOOLS:-/var/cache/shimd/tools}/bin/crictl d
+	local cached=${SHIMD_TOOLS:-/var/cache/shimd/tools}/bin/cri-tools-$CRICTL_VERSION/crictl d
 	if [ -x "$cached" ] && "$cached" --version | grep -q "${CRICTL_VERSION#v}"; then
 		install -m 0755 "$cached" /usr/local/bin/crictl
 	else

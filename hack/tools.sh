@@ -3,7 +3,8 @@
 #   hack/tools.sh debs       Debian packages (containerd 1.6, runc, CNI plugins, registry, ...)
 #   hack/tools.sh containerd containerd 2.4.2, its runc shim and ctr, from the Go module proxy
 #   hack/tools.sh runc       runc 1.5.2 from the Go module proxy (seccomp build)
-#   hack/tools.sh critools   crictl and critest v1.36.0, and the ginkgo CLI
+#   hack/tools.sh critools   crictl and critest $CRITOOLS_VERSION (default v1.37.0) and the
+#                            ginkgo CLI, in bin/cri-tools-$CRITOOLS_VERSION
 #   hack/tools.sh kubelet    kubelet $KUBELET_VERSION (about 6 minutes, 1.5 GB of memory)
 #   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            $KUBELET_VERSION and the etcd its go.mod uses, for the one-node
@@ -35,8 +36,7 @@ TOOLS=${SHIMD_TOOLS:-/var/cache/shimd/tools}
 BIN=$TOOLS/bin
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.2}
-CRITOOLS_VERSION=${CRITOOLS_VERSION:-v1.36.0}
-GINKGO_VERSION=${GINKGO_VERSION:-v2.28.1}
+CRITOOLS_VERSION=${CRITOOLS_VERSION:-v1.37.0}
 KUBELET_VERSION=${KUBELET_VERSION:-v1.37.2}
 # gVisor publishes no semver tags on the module proxy: a pseudo-version of its go branch.
 GVISOR_VERSION=${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
@@ -148,22 +148,31 @@ runc_bin() {
 		"github.com/opencontainers/runc@$RUNC_VERSION")
 }
 
+# crictl, critest and the ginkgo CLI of cri-tools $CRITOOLS_VERSION go to a directory of
+# their own, bin/cri-tools-$CRITOOLS_VERSION (critest/harness finds them there), so that
+# two versions stay cached side by side and building one never replaces the other under
+# a test that runs it. ginkgo is the version critest's go.mod requires (critest's
+# -parallel runs it).
+CRIBIN=$BIN/cri-tools-$CRITOOLS_VERSION
 critools() {
-	if [ -x "$BIN/critest" ] && [ -x "$BIN/crictl" ] && [ -x "$BIN/ginkgo" ] &&
-		grep -q "${CRITOOLS_VERSION#v}" <<<"$(printed "$BIN/crictl" --version)"; then return 0; fi
+	if [ -x "$CRIBIN/critest" ] && [ -x "$CRIBIN/crictl" ] && [ -x "$CRIBIN/ginkgo" ] &&
+		grep -q "${CRITOOLS_VERSION#v}" <<<"$(printed "$CRIBIN/crictl" --version)"; then return 0; fi
 	log "building crictl and critest $CRITOOLS_VERSION"
-	local d
+	local d out
 	d=$(mktemp -d)
+	out=$(mktemp -d)
 	(
 		cd "$d"
 		export GONOSUMDB=k8s.io,sigs.k8s.io GOFLAGS=-mod=mod
 		go mod init x >/dev/null 2>&1
 		go get "sigs.k8s.io/cri-tools@$CRITOOLS_VERSION" >/dev/null 2>&1
-		go build -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/crictl" sigs.k8s.io/cri-tools/cmd/crictl
-		go test -c -vet=off -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
-		go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO_VERSION"
+		go build -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$out/crictl" sigs.k8s.io/cri-tools/cmd/crictl
+		go test -c -vet=off -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRITOOLS_VERSION" -o "$out/critest" sigs.k8s.io/cri-tools/cmd/critest
+		GOBIN=$out go install "github.com/onsi/ginkgo/v2/ginkgo@$(go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)"
 	)
-	rm -rf "$d"
+	mkdir -p "$CRIBIN"
+	for b in crictl critest ginkgo; do mv "$out/$b" "$CRIBIN/$b"; done
+	rm -rf "$d" "$out"
 }
 
 # k8s_module prepares, in the current directory, a throwaway module that requires

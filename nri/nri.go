@@ -108,6 +108,11 @@ func (pluginCount) RecordPluginLatency(string, string, time.Duration)           
 func (pluginCount) RecordPluginAdjustments(string, string, *nri.ContainerAdjustment, int, int) {}
 func (p pluginCount) UpdatePluginCount(count int)                                              { p.n.plugins.Store(int64(count)) }
 
+// BlockSync holds off plugins' synchronization until unblock is called: a pod
+// being announced (RunPodSandbox) is not yet listed by State, so a plugin that
+// synchronized meanwhile would learn of it neither way.
+func (n *NRI) BlockSync() (unblock func()) { return n.r.BlockPluginSync().Unblock }
+
 // Stop closes every plugin connection and the socket.
 func (n *NRI) Stop() { n.r.Stop() }
 

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 
-	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -15,19 +14,10 @@ func (s *Service) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandb
 	if err := validateCgroupParent(req.GetConfig().GetLinux().GetCgroupParent(), s.opts.CgroupDriver); err != nil {
 		return nil, err
 	}
-	id, err := s.opts.Sandboxes.Run(ctx, req.GetConfig(), req.GetRuntimeHandler())
+	// NRI plugins hear of the pod while it is READY but not yet listed; one that
+	// refuses it has it undone.
+	id, err := s.opts.Sandboxes.Run(ctx, req.GetConfig(), req.GetRuntimeHandler(), s.opts.Containers.NRI().RunPod)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.opts.Containers.NRI().RunPod(ctx, id); err != nil {
-		// A plugin refused the pod: undo it, detached from the request.
-		cctx, cancel := s.detachedContext(ctx)
-		defer cancel()
-		if uerr := s.opts.Sandboxes.Stop(cctx, id); uerr != nil {
-			log.G(ctx).WithError(uerr).WithField("sandbox", id).Warn("undo pod refused by NRI: stop")
-		} else if uerr := s.opts.Sandboxes.Remove(cctx, id); uerr != nil {
-			log.G(ctx).WithError(uerr).WithField("sandbox", id).Warn("undo pod refused by NRI: remove")
-		}
 		return nil, err
 	}
 	// Under its own id, as containerd's CRI plugin reports a sandbox.

@@ -15,7 +15,10 @@ import (
 // pause processes reach the sandboxes through the event monitor (package taskevents),
 // not through this service.
 type PodSandboxes interface {
-	Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (id string, err error)
+	// Run makes a pod and calls announce (NRI's RunPodSandbox) while it is READY
+	// but not yet listed; announce's error refuses the pod (sandbox.Manager.Run).
+	Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string,
+		announce func(ctx context.Context, p pod.Pod) (done func(), err error)) (id string, err error)
 	Stop(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
 	UpdateResources(ctx context.Context, id string, overhead, resources *runtimeapi.LinuxContainerResources) error

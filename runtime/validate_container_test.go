@@ -260,7 +260,7 @@ func TestValidateUpdateResources(t *testing.T) {
 // container.Manager.Create starts.
 type fakeSandboxes struct{ calls []string }
 
-func (f *fakeSandboxes) Run(context.Context, *runtimeapi.PodSandboxConfig, string) (string, error) {
+func (f *fakeSandboxes) Run(context.Context, *runtimeapi.PodSandboxConfig, string, func(context.Context, pod.Pod) (func(), error)) (string, error) {
 	f.calls = append(f.calls, "Run")
 	return "p1", nil
 }

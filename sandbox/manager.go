@@ -65,9 +65,10 @@ type Manager struct {
 
 	// imageArgs caches the pause image's process (entrypoint+cmd, env) by config digest.
 	imageArgs sync.Map
-	// running holds the ids of sandboxes whose Run is in progress (their records
-	// are "creating" on purpose); the live sweep leaves them alone.
-	running sync.Map
+	// running holds the sandboxes whose Run is in progress, by id (their records
+	// are "creating" on purpose, or "created" while they are announced); the live
+	// sweep leaves them alone, and TaskExit finds them here until they are listed.
+	running sync.Map // id -> *Sandbox
 	// records are the pods' records in containerd's sandbox store (sandbox_store.go).
 	records *storeRecords
 	// swept is set once recovery's Sweep has run: from then on, a reconnection to

@@ -22,14 +22,22 @@ import (
 	"github.com/shimd/shimd/pod"
 )
 
-// Run creates and starts a pod sandbox and returns its id.
+// Run creates and starts a pod sandbox, announces it and returns its id.
+//
+// announce (nil: none) tells others (NRI plugins) of the pod once it is READY and
+// before it is listed: while it runs, ListPodSandbox does not show the pod, its
+// status is NotFound and no container can be created in it, as with containerd's
+// CRI plugin. Its error refuses the pod: Run stops and removes it again and fails
+// with that error. done, when not nil, is called once the pod is listed or removed.
 //
 // The name (pod name, namespace, uid, attempt) is reserved first. A second Run for the
 // same name waits for the first and returns its sandbox: the kubelet retries a
 // RunPodSandbox it timed out on, and must get the pod that was made, not an error.
 // The work itself is detached from the caller's context, so a caller that gives up
 // leaves either a whole pod (handed to its retry) or nothing.
-func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (string, error) {
+func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string,
+	announce func(ctx context.Context, p pod.Pod) (done func(), err error),
+) (string, error) {
 	rt, err := m.opts.Handlers.Get(handler)
 	if err != nil {
 		return "", err
@@ -40,11 +48,55 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		m.runs.Go(func() { // outlives a caller that gives up; Close waits for it
 			wctx, cancel := m.cleanupContext(ctx)
 			defer cancel()
-			sb, err := m.run(wctx, name, cfg, handler, rt)
+			sb := m.newSandbox(name, cfg, handler, rt)
+			wctx = log.WithLogger(wctx, log.G(wctx).WithField("sandbox", sb.ID))
+			// Until it is listed, the pause process's exit reaches sb through
+			// m.running (TaskExit), and the live sweep leaves its record alone.
+			m.running.Store(sb.ID, sb)
+			err := m.run(wctx, sb, rt)
+			var done func()
+			if err == nil {
+				done, err = m.announce(wctx, sb, announce)
+			}
 			m.store.finish(name, r, sb, err)
+			m.running.Delete(sb.ID)
+			if done != nil {
+				done()
+			}
 		})
 	}
 	return r.wait(ctx)
+}
+
+// announce runs announce on sb, READY and not yet listed; if it refuses sb, sb is
+// stopped and removed again (or left to the cleanup queue) and the refusal returned.
+func (m *Manager) announce(ctx context.Context, sb *Sandbox, announce func(context.Context, pod.Pod) (func(), error)) (func(), error) {
+	if announce == nil {
+		return nil, nil
+	}
+	done, err := announce(ctx, m.facts(sb, sb.State()))
+	if err == nil {
+		return done, nil
+	}
+	if uerr := m.remove(ctx, sb); uerr != nil {
+		log.G(ctx).WithError(uerr).Warn("undo pod refused when announced")
+		m.destroyLater(sb)
+	}
+	return done, err
+}
+
+// newSandbox is a new sandbox of cfg, not yet made: its id, paths and mode.
+func (m *Manager) newSandbox(name string, cfg *runtimeapi.PodSandboxConfig, handler string, rt pod.Handler) *Sandbox {
+	sb := &Sandbox{
+		ID: pod.NewID(), Name: name, Config: cfg, RuntimeHandler: handler,
+		CreatedAt: time.Now(), state: pod.Ready,
+	}
+	if !sb.HostNetwork() {
+		sb.NetNSPath = network.NetNSPath(m.fs.netnsDir(), sb.ID)
+	}
+	sb.Pauseless = m.pauseless(cfg, rt)
+	m.fs.setPinPaths(sb)
+	return sb
 }
 
 // run is the recipe; each step pushes its undo, run in reverse if a later step fails.
@@ -56,19 +108,7 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 //  4. network namespace
 //  5. CNI ADD and the pause task, concurrently
 //  6. record phase "created" with the pod's IPs: the sandbox is READY
-func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandboxConfig, handler string, rt pod.Handler) (_ *Sandbox, err error) {
-	sb := &Sandbox{
-		ID: pod.NewID(), Name: name, Config: cfg, RuntimeHandler: handler,
-		CreatedAt: time.Now(), state: pod.Ready,
-	}
-	if !sb.HostNetwork() {
-		sb.NetNSPath = network.NetNSPath(m.fs.netnsDir(), sb.ID)
-	}
-	sb.Pauseless = m.pauseless(cfg, rt)
-	m.fs.setPinPaths(sb)
-	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID))
-	m.running.Store(sb.ID, true)
-	defer m.running.Delete(sb.ID) // after the undo below
+func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err error) {
 	var undo undoStack
 	defer func() {
 		if err != nil {
@@ -80,10 +120,7 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		}
 	}()
 	if sb.Pauseless {
-		if err := m.runPauseless(ctx, sb, rt, &undo); err != nil {
-			return nil, err
-		}
-		return sb, nil
+		return m.runPauseless(ctx, sb, rt, &undo)
 	}
 
 	t0 := time.Now()
@@ -94,24 +131,24 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		rootfs, err = m.createPauseContainer(ctx, sb, rt)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	undo.push(func(ctx context.Context) error { return m.deleteContainer(ctx, sb.ID) })
 	undoStore, err := m.records.recordInStore(ctx, sb, rt)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	undo.push(undoStore)
 
 	t1 := time.Now()
 	undoFiles, err := m.fs.writeFiles(sb)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	undo.push(func(context.Context) error { undoFiles(); return nil })
 
 	if err := m.createNamespaces(sb); err != nil {
-		return nil, err
+		return err
 	}
 	undo.push(func(context.Context) error { return m.removeNamespaces(sb) })
 
@@ -140,16 +177,16 @@ func (m *Manager) run(ctx context.Context, name string, cfg *runtimeapi.PodSandb
 		undo.push(func(ctx context.Context) error { m.removeCgroup(ctx, sb); return nil })
 	}
 	if err := errors.Join(taskErr, netErr); err != nil {
-		return nil, err
+		return err
 	}
 	sb.setPausePID(pid)
 
 	if err := m.updateRecord(ctx, sb, PhaseCreated); err != nil {
-		return nil, fmt.Errorf("record sandbox: %w", err)
+		return fmt.Errorf("record sandbox: %w", err)
 	}
 	log.G(ctx).WithField("ips", sb.IPs).WithField("mode", "pause").WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s task-create=%s task-start=%s record=%s",
 		t1.Sub(t0), t2.Sub(t1), tNet, tTask, tCreate, tTask-tCreate, time.Since(t2)-max(tNet, tTask))).Info("sandbox ready")
-	return sb, nil
+	return nil
 }
 
 // runPauseless is run's recipe for a pod without a pause process (pauseless.go):

@@ -20,8 +20,8 @@ import (
 //	 │                                          ▲
 //	 └──────────(Run fails: undone)─────────────┘ never recorded
 //
-// A sandbox is in the store only once Run has finished; while Run is in flight only
-// its name is reserved.
+// A sandbox is in the store only once Run has finished, after it was announced
+// (NRI's RunPodSandbox); while Run is in flight only its name is reserved.
 
 // Sandbox is one pod sandbox. Fields other than those under mu never change after
 // Run has recorded it.

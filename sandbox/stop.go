@@ -109,7 +109,11 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	ctx, cancel := m.cleanupContext(ctx)
 	defer cancel()
-	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID))
+	return m.remove(log.WithLogger(ctx, log.G(ctx).WithField("sandbox", sb.ID)), sb)
+}
+
+// remove is Remove of sb, listed or not (a pod refused when announced).
+func (m *Manager) remove(ctx context.Context, sb *Sandbox) error {
 	if err := m.stop(ctx, sb); err != nil {
 		return err
 	}

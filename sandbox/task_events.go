@@ -21,6 +21,10 @@ func (m *Manager) TaskExit(containerID, execID string, _ uint32, _ time.Time) {
 	}
 	if sb, err := m.store.get(containerID); err == nil && sb.ID == containerID {
 		sb.setState(pod.NotReady)
+		return
+	}
+	if v, ok := m.running.Load(containerID); ok { // ready, not yet listed (Run's announce)
+		v.(*Sandbox).setState(pod.NotReady)
 	}
 }
 

@@ -10,7 +10,8 @@ import (
 // descriptor's name, help and label keys. The names and labels are cAdvisor's, as
 // containerd 2.x reports them: every metric has the labels pod, namespace, container,
 // id and image (a pod-level metric has container and image "" and the pod's id);
-// network metrics add interface, filesystem metrics (usage and I/O) device. The
+// network metrics add interface, filesystem metrics (usage, capacity and I/O) device,
+// container_blkio_device_usage_total also major, minor and operation. The
 // pressure metrics (container_pressure_*) are the kubelet's KubeletPSI ones.
 
 var (
@@ -52,6 +53,7 @@ var (
 	mMemWorkingSet    = gauge("container_memory_working_set_bytes", "Current working set in bytes.", baseMetricLabels)
 	mMemActiveFile    = gauge("container_memory_total_active_file_bytes", "Current total active file in bytes.", baseMetricLabels)
 	mMemInactiveFile  = gauge("container_memory_total_inactive_file_bytes", "Current total inactive file in bytes.", baseMetricLabels)
+	mMemKernel        = gauge("container_memory_kernel_usage", "Size of kernel memory allocated to the container in bytes.", baseMetricLabels)
 	mMemFailures      = counter("container_memory_failures_total", "Cumulative count of memory allocation failures.", append(append([]string(nil), baseMetricLabels...), "failure_type", "scope"))
 	mOOMEvents        = counter("container_oom_events_total", "Count of out of memory events observed for the container", baseMetricLabels)
 	mProcesses        = gauge("container_processes", "Number of processes running inside the container.", baseMetricLabels)
@@ -62,6 +64,12 @@ var (
 	mFsWriteBytes     = counter("container_fs_writes_bytes_total", "Cumulative count of bytes written", fsMetricLabels)
 	mFsWrites         = counter("container_fs_writes_total", "Cumulative count of writes completed", fsMetricLabels)
 	mFsUsage          = gauge("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.", fsMetricLabels)
+	mFsLimit          = gauge("container_fs_limit_bytes", "Number of bytes that can be consumed by the container on this filesystem.", fsMetricLabels)
+	mFsInodesTotal    = gauge("container_fs_inodes_total", "Number of Inodes", fsMetricLabels)
+	mFsInodesFree     = gauge("container_fs_inodes_free", "Number of available Inodes", fsMetricLabels)
+	mBlkioDevice      = counter("container_blkio_device_usage_total", "Blkio device bytes usage", append(append([]string(nil), fsMetricLabels...), "major", "minor", "operation"))
+	mFileDescriptors  = gauge("container_file_descriptors", "Number of open file descriptors for the container.", baseMetricLabels)
+	mSockets          = gauge("container_sockets", "Number of open sockets for the container.", baseMetricLabels)
 	mLastSeen         = gauge("container_last_seen", "Last time a container was seen by the exporter", baseMetricLabels)
 	mStartTime        = gauge("container_start_time_seconds", "Start time of the container since unix epoch in seconds.", baseMetricLabels)
 	mSpecCPUPeriod    = gauge("container_spec_cpu_period", "CPU period of the container.", baseMetricLabels)
@@ -80,8 +88,10 @@ var (
 	metricDescs       = []metricDesc{
 		mCPUUsage, mCPUUser, mCPUSystem, mCPUPeriods, mCPUThrottled, mCPUThrottledSecs,
 		mMemCache, mMemRSS, mMemMapped, mMemSwap, mMemFailcnt, mMemUsage, mMemMaxUsage, mMemWorkingSet,
-		mMemActiveFile, mMemInactiveFile, mMemFailures, mOOMEvents,
-		mProcesses, mThreads, mThreadsMax, mFsUsage, mFsReadBytes, mFsReads, mFsWriteBytes, mFsWrites, mLastSeen, mStartTime,
+		mMemActiveFile, mMemInactiveFile, mMemKernel, mMemFailures, mOOMEvents,
+		mProcesses, mThreads, mThreadsMax, mFileDescriptors, mSockets,
+		mFsUsage, mFsLimit, mFsInodesTotal, mFsInodesFree, mFsReadBytes, mFsReads, mFsWriteBytes, mFsWrites, mBlkioDevice,
+		mLastSeen, mStartTime,
 		mSpecCPUPeriod, mSpecCPUQuota, mSpecCPUShares, mSpecMemLimit, mSpecMemSwapLimit,
 		mNetRxBytes, mNetRxPackets, mNetRxDropped, mNetRxErrors, mNetTxBytes, mNetTxPackets, mNetTxDropped, mNetTxErrors,
 		mPressureCPUStalled, mPressureCPUWaiting, mPressureMemStalled, mPressureMemWaiting, mPressureIOStalled, mPressureIOWaiting,

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,13 +66,29 @@ func (s *Collector) containerMetrics(ctx context.Context, c Container, pod *runt
 		return nil, ""
 	}
 	m := metricSet{labels: []string{pod.GetName(), pod.GetNamespace(), c.Metadata.GetName(), c.ID, c.ImageName}}
+	if _, ok := tm.data.(*v2.Metrics); ok {
+		tm.kernel = kernelMemory(tm.group)
+	}
 	cgroupMetrics(&m, tm, s.host.blockDevice)
 	m.add(mLastSeen, uint64(time.Now().Unix()))
 	m.add(mStartTime, uint64(time.Unix(0, c.StartedAt).Unix()))
 	specMetrics(&m, c.Resources)
-	root, rootErr := s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter)
-	if size, _, err := s.writableLayer(ctx, c); err == nil && rootErr == nil {
-		m.add(mFsUsage, uint64(size), root)
+	if pids, err := s.containerPids(ctx, c); err == nil {
+		fds, sockets := countFDs(s.host.proc, pids)
+		m.add(mFileDescriptors, fds)
+		m.add(mSockets, sockets)
+	} else {
+		log.G(ctx).WithError(err).WithField("container", c.ID).Debug("container metrics: processes")
+	}
+	if root, err := s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter); err == nil {
+		if size, _, err := s.writableLayer(ctx, c); err == nil {
+			m.add(mFsUsage, uint64(size), root)
+		}
+		if fs, err := fsCapacityOf(root); err == nil {
+			m.add(mFsLimit, fs.bytes, root)
+			m.add(mFsInodesTotal, fs.inodes, root)
+			m.add(mFsInodesFree, fs.inodesFree, root)
+		}
 	}
 	return &runtimeapi.ContainerMetrics{ContainerId: c.ID, Metrics: m.out}, tm.group
 }
@@ -132,10 +149,14 @@ func cgroupMetrics(m *metricSet, tm taskMetrics, dev func(major, minor uint64) s
 		m.add(mMemInactiveFile, mem.GetTotalInactiveFile())
 		memoryFailures(m, mem.GetTotalPgFault(), mem.GetTotalPgMajFault())
 		m.add(mOOMEvents, d.GetMemoryOomControl().GetOomKill())
+		if k := mem.GetKernel(); k != nil { // memory.kmem.usage_in_bytes
+			m.add(mMemKernel, k.GetUsage())
+		}
 		if d.GetPids() != nil {
 			m.add(mThreadsMax, d.GetPids().GetLimit()) // "max" reads as 0
 		}
 		ioMetrics(m, blkioCounters(d.GetBlkio(), dev))
+		deviceMetrics(m, blkioDeviceBytes(d.GetBlkio(), dev))
 	case *v2.Metrics:
 		const usec = uint64(time.Second / time.Microsecond)
 		cpu := d.GetCPU()
@@ -158,6 +179,11 @@ func cgroupMetrics(m *metricSet, tm taskMetrics, dev func(major, minor uint64) s
 		m.add(mMemInactiveFile, mem.GetInactiveFile())
 		memoryFailures(m, mem.GetPgfault(), mem.GetPgmajfault())
 		m.add(mOOMEvents, d.GetMemoryEvents().GetOomKill())
+		if tm.kernel != nil {
+			m.add(mMemKernel, *tm.kernel)
+		} else {
+			m.add(mMemKernel, mem.GetKernelStack()) // before Linux 5.18, as containerd reports it
+		}
 		if smp.tasks != nil {
 			limit := d.GetPids().GetLimit()
 			if limit >= unlimited {
@@ -166,6 +192,7 @@ func cgroupMetrics(m *metricSet, tm taskMetrics, dev func(major, minor uint64) s
 			m.add(mThreadsMax, limit)
 		}
 		ioMetrics(m, ioStatCounters(d.GetIo(), dev))
+		deviceMetrics(m, ioStatDeviceBytes(d.GetIo(), dev))
 	}
 	if smp.swap != nil {
 		m.add(mMemSwap, smp.swap.usage)
@@ -238,6 +265,48 @@ func ioMetrics(m *metricSet, cs []ioCounter) {
 		m.add(mFsReads, c.reads, c.device)
 		m.add(mFsWriteBytes, c.writeBytes, c.device)
 		m.add(mFsWrites, c.writes, c.device)
+	}
+}
+
+// deviceBytes is one value of container_blkio_device_usage_total: the bytes of one
+// operation on one block device.
+type deviceBytes struct {
+	device       string
+	major, minor uint64
+	op           string
+	bytes        uint64
+}
+
+// blkioDeviceBytes takes cgroup v1's recursive service bytes as they are, one value
+// per device and operation (Read, Write, Sync, Async, Discard, Total), as cAdvisor.
+func blkioDeviceBytes(b *v1.BlkIOStat, dev func(major, minor uint64) string) []deviceBytes {
+	var out []deviceBytes
+	for _, e := range b.GetIoServiceBytesRecursive() {
+		name := e.GetDevice()
+		if name == "" {
+			name = dev(e.GetMajor(), e.GetMinor())
+		}
+		out = append(out, deviceBytes{device: name, major: e.GetMajor(), minor: e.GetMinor(), op: e.GetOp(), bytes: e.GetValue()})
+	}
+	return out
+}
+
+// ioStatDeviceBytes takes cgroup v2's io.stat: Read and Write per device, as
+// cAdvisor converts it.
+func ioStatDeviceBytes(io *v2.IOStat, dev func(major, minor uint64) string) []deviceBytes {
+	var out []deviceBytes
+	for _, e := range io.GetUsage() {
+		name := dev(e.GetMajor(), e.GetMinor())
+		out = append(out,
+			deviceBytes{device: name, major: e.GetMajor(), minor: e.GetMinor(), op: "Read", bytes: e.GetRbytes()},
+			deviceBytes{device: name, major: e.GetMajor(), minor: e.GetMinor(), op: "Write", bytes: e.GetWbytes()})
+	}
+	return out
+}
+
+func deviceMetrics(m *metricSet, ds []deviceBytes) {
+	for _, d := range ds {
+		m.add(mBlkioDevice, d.bytes, d.device, strconv.FormatUint(d.major, 10), strconv.FormatUint(d.minor, 10), d.op)
 	}
 }
 

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
@@ -12,13 +13,14 @@ import (
 	"github.com/shimd/shimd/network"
 )
 
-// byName indexes metrics by name and first extra label (interface, failure type).
+// byName indexes metrics by name and extra labels (interface, failure type and
+// scope, device, ...), joined by "/".
 func byName(ms []*runtimeapi.Metric) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, m := range ms {
 		key := m.Name
 		if len(m.LabelValues) > len(baseMetricLabels) {
-			key += "/" + m.LabelValues[len(baseMetricLabels)]
+			key += "/" + strings.Join(m.LabelValues[len(baseMetricLabels):], "/")
 		}
 		out[key] = m.Value.GetValue()
 	}
@@ -59,7 +61,8 @@ func TestCgroupMetrics(t *testing.T) {
 				Throttling: &v1.Throttle{Periods: 10, ThrottledPeriods: 4, ThrottledTime: 2_000_000_000}},
 			Memory: &v1.MemoryStat{TotalCache: 100, TotalRSS: 200, TotalMappedFile: 30, TotalInactiveFile: 40, TotalActiveFile: 50,
 				TotalPgFault: 7, TotalPgMajFault: 2,
-				Usage: &v1.MemoryEntry{Usage: 1000, Max: 1500, Failcnt: 3, Limit: 1 << 63}, Swap: &v1.MemoryEntry{Usage: 1200, Limit: 1 << 63}},
+				Usage: &v1.MemoryEntry{Usage: 1000, Max: 1500, Failcnt: 3, Limit: 1 << 63}, Swap: &v1.MemoryEntry{Usage: 1200, Limit: 1 << 63},
+				Kernel: &v1.MemoryEntry{Usage: 77}},
 			MemoryOomControl: &v1.MemoryOomControl{OomKill: 1},
 			Pids:             &v1.PidsStat{Current: 5, Limit: 100},
 			Blkio: &v1.BlkIOStat{
@@ -79,10 +82,12 @@ func TestCgroupMetrics(t *testing.T) {
 				"container_memory_cache": 100, "container_memory_rss": 200, "container_memory_mapped_file": 30, "container_memory_swap": 200,
 				"container_memory_failcnt": 3, "container_memory_usage_bytes": 1000, "container_memory_max_usage_bytes": 1500,
 				"container_memory_working_set_bytes": 960, "container_memory_total_active_file_bytes": 50, "container_memory_total_inactive_file_bytes": 40,
-				"container_memory_failures_total/pgfault": 7, "container_memory_failures_total/pgmajfault": 2,
+				"container_memory_failures_total/pgfault/container": 7, "container_memory_failures_total/pgmajfault/container": 2,
 				"container_oom_events_total": 1, "container_processes": 5, "container_threads": 5, "container_threads_max": 100,
 				"container_fs_reads_bytes_total//dev/vda": 4096, "container_fs_writes_bytes_total//dev/vda": 8192,
 				"container_fs_reads_total//dev/vda": 1, "container_fs_writes_total//dev/vda": 2,
+				"container_blkio_device_usage_total//dev/vda/254/0/Read": 4096, "container_blkio_device_usage_total//dev/vda/254/0/Write": 8192,
+				"container_blkio_device_usage_total//dev/vda/254/0/Total": 12288, "container_memory_kernel_usage": 77,
 				"container_pressure_cpu_waiting_seconds_total": 2, "container_pressure_cpu_stalled_seconds_total": 1,
 				"container_pressure_memory_waiting_seconds_total": 0, "container_pressure_memory_stalled_seconds_total": 0,
 				"container_pressure_io_waiting_seconds_total": 3, "container_pressure_io_stalled_seconds_total": 0,
@@ -99,27 +104,29 @@ func TestCgroupMetrics(t *testing.T) {
 			"container_memory_cache": 0, "container_memory_rss": 0, "container_memory_mapped_file": 0,
 			"container_memory_failcnt": 0, "container_memory_usage_bytes": 1000, "container_memory_max_usage_bytes": 1000,
 			"container_memory_working_set_bytes": 1000, "container_memory_total_active_file_bytes": 0, "container_memory_total_inactive_file_bytes": 0,
-			"container_memory_failures_total/pgfault": 0, "container_memory_failures_total/pgmajfault": 0, "container_oom_events_total": 0,
+			"container_memory_failures_total/pgfault/container": 0, "container_memory_failures_total/pgmajfault/container": 0, "container_oom_events_total": 0,
 		}},
 		{name: "cgroup v2", tm: taskMetrics{data: &v2.Metrics{
 			CPU: &v2.CPUStat{UsageUsec: 2_500_000, UserUsec: 1_000_000, SystemUsec: 1_500_000, NrPeriods: 6, NrThrottled: 1, ThrottledUsec: 100,
 				PSI: psi(4_000_000, 2_000_000)},
-			Memory: &v2.MemoryStat{Usage: 900, MaxUsage: 950, Anon: 300, File: 400, FileMapped: 20, InactiveFile: 1000, ActiveFile: 5,
+			Memory: &v2.MemoryStat{Usage: 900, MaxUsage: 950, Anon: 300, File: 400, FileMapped: 20, InactiveFile: 1000, ActiveFile: 5, KernelStack: 16,
 				SwapUsage: 8, SwapLimit: 1<<64 - 1, Pgfault: 9, Pgmajfault: 1, PSI: psi(7_000_000, 6_000_000)},
 			MemoryEvents: &v2.MemoryEvents{OomKill: 2},
 			Pids:         &v2.PidsStat{Current: 3, Limit: 1<<64 - 1},
 			Io: &v2.IOStat{Usage: []*v2.IOEntry{{Major: 8, Minor: 0, Rbytes: 100, Wbytes: 200, Rios: 3, Wios: 4}},
 				PSI: psi(9_000_000, 8_000_000)},
-		}, swapFile: true}, want: map[string]uint64{
+		}, swapFile: true, kernel: ptr(uint64(4096))}, want: map[string]uint64{
 			"container_cpu_usage_seconds_total": 2, "container_cpu_user_seconds_total": 1, "container_cpu_system_seconds_total": 1,
 			"container_cpu_cfs_periods_total": 6, "container_cpu_cfs_throttled_periods_total": 1, "container_cpu_cfs_throttled_seconds_total": 0,
 			"container_memory_cache": 400, "container_memory_rss": 300, "container_memory_mapped_file": 20, "container_memory_swap": 8,
 			"container_memory_usage_bytes": 900, "container_memory_max_usage_bytes": 950,
 			"container_memory_working_set_bytes": 0, "container_memory_total_active_file_bytes": 5, "container_memory_total_inactive_file_bytes": 1000,
-			"container_memory_failures_total/pgfault": 9, "container_memory_failures_total/pgmajfault": 1,
+			"container_memory_failures_total/pgfault/container": 9, "container_memory_failures_total/pgmajfault/container": 1,
 			"container_oom_events_total": 2, "container_processes": 3, "container_threads": 3, "container_threads_max": 0,
 			"container_fs_reads_bytes_total/8:0": 100, "container_fs_writes_bytes_total/8:0": 200,
 			"container_fs_reads_total/8:0": 3, "container_fs_writes_total/8:0": 4,
+			"container_blkio_device_usage_total/8:0/8/0/Read": 100, "container_blkio_device_usage_total/8:0/8/0/Write": 200,
+			"container_memory_kernel_usage":                4096,
 			"container_pressure_cpu_waiting_seconds_total": 4, "container_pressure_cpu_stalled_seconds_total": 2,
 			"container_pressure_memory_waiting_seconds_total": 7, "container_pressure_memory_stalled_seconds_total": 6,
 			"container_pressure_io_waiting_seconds_total": 9, "container_pressure_io_stalled_seconds_total": 8,
@@ -127,7 +134,7 @@ func TestCgroupMetrics(t *testing.T) {
 		// No memory.swap.current, no pids.current, no io.stat, no pressure files.
 		{name: "cgroup v2 without swap accounting, pids, io or PSI", tm: taskMetrics{data: &v2.Metrics{
 			CPU:    &v2.CPUStat{UsageUsec: 1_000_000},
-			Memory: &v2.MemoryStat{Usage: 900},
+			Memory: &v2.MemoryStat{Usage: 900, KernelStack: 32},
 			Pids:   &v2.PidsStat{},
 			Io:     &v2.IOStat{},
 		}}, want: map[string]uint64{
@@ -136,7 +143,8 @@ func TestCgroupMetrics(t *testing.T) {
 			"container_memory_cache": 0, "container_memory_rss": 0, "container_memory_mapped_file": 0,
 			"container_memory_usage_bytes": 900, "container_memory_working_set_bytes": 900,
 			"container_memory_total_active_file_bytes": 0, "container_memory_total_inactive_file_bytes": 0,
-			"container_memory_failures_total/pgfault": 0, "container_memory_failures_total/pgmajfault": 0, "container_oom_events_total": 0,
+			"container_memory_failures_total/pgfault/container": 0, "container_memory_failures_total/pgmajfault/container": 0, "container_oom_events_total": 0,
+			"container_memory_kernel_usage": 32, // no "kernel" in memory.stat (before Linux 5.18): kernel_stack, as containerd
 		}},
 	}
 	for _, tt := range tests {
@@ -179,3 +187,5 @@ func TestNetworkAndSpecMetrics(t *testing.T) {
 		"container_spec_memory_limit_bytes": 1 << 20,
 	}, byName(m.out))
 }
+
+func ptr[T any](v T) *T { return &v }

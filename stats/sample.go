@@ -28,6 +28,9 @@ type taskMetrics struct {
 	psi psiSet
 	// swapFile: the group has memory.swap.current (v2: the kernel accounts swap).
 	swapFile bool
+	// kernel is the "kernel" line of the v2 group's memory.stat (Linux 5.18 and
+	// later), read for the metrics only (containerMetrics); nil elsewhere.
+	kernel *uint64
 }
 
 // pressure is the task's PSI: the shim's on v2, shimd's own read on v1.

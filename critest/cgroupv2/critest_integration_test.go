@@ -13,9 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shimd/shimd/critest/conformance"
+	"github.com/shimd/shimd/critest/harness"
 )
 
-// critest v1.36.0 in the guest against shimd (the systemd unit and cgroup driver),
+// critest (harness.CritoolsVersion, from the host's tools) in the guest against shimd (the systemd unit and cgroup driver),
 // with the repository's skip list: all of it must pass, as on the host. Only with
 // SHIMD_VM_CRITEST=1 (make e2e-cgroupv2): under emulation it takes most of an hour.
 func TestCritestInGuest(t *testing.T) {
@@ -39,7 +40,7 @@ func TestCritestInGuest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	code, err := guest.Run(ctx, "mkdir -p /tmp/critest && cd /tmp/critest && PATH=/mnt/tools/bin:$PATH critest "+
+	code, err := guest.Run(ctx, "mkdir -p /tmp/critest && cd /tmp/critest && PATH=/mnt/tools/bin/cri-tools-"+harness.CritoolsVersion()+":$PATH critest "+
 		strings.Join(quoted, " ")+" >/mnt/host/critest.log 2>&1", os.Stderr)
 	require.NoError(t, err)
 	out, err := os.ReadFile(logPath)

@@ -22,6 +22,9 @@ type Settings struct {
 	// Handler is the runtime handler every pod of the suite runs with
 	// (critest -runtime-handler); "" is the runtime's default.
 	Handler string
+	// NRISocket is the runtime's NRI socket (critest -nri-socket): critest's NRI
+	// contract specs connect a plugin there; "" skips them.
+	NRISocket string
 }
 
 // SettingsFromEnv reads CRITEST_PARALLEL, CRITEST_FOCUS and CRITEST_RUNS.
@@ -66,6 +69,9 @@ func Args(endpoint, config string, s Settings, skip string) []string {
 	}
 	if s.Handler != "" {
 		args = append(args, "-runtime-handler", s.Handler)
+	}
+	if s.NRISocket != "" {
+		args = append(args, "-nri-socket", s.NRISocket)
 	}
 	if skip != "" {
 		args = append(args, "-ginkgo.skip", skip)

@@ -139,6 +139,8 @@ func TestArgs(t *testing.T) {
 			want: append(append([]string{}, base...), "-parallel=4", "-ginkgo.skip", "(?:digest)", "-ginkgo.focus", "Image Manager")},
 		{name: "runtime handler", s: Settings{Parallel: 1, Runs: 1, Handler: "runsc"},
 			want: append(append([]string{}, base...), "-runtime-handler", "runsc")},
+		{name: "NRI socket", s: Settings{Parallel: 1, Runs: 1, NRISocket: "/tmp/x/nri.sock"},
+			want: append(append([]string{}, base...), "-nri-socket", "/tmp/x/nri.sock")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

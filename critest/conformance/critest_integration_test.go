@@ -21,12 +21,17 @@ import (
 
 func TestMain(m *testing.M) { harness.Main(m) }
 
+// nriRequestTimeout is shimd's nri.plugin_request_timeout under critest: above the
+// 2 s its plugin synchronization specs keep a plugin's Synchronize call waiting.
+const nriRequestTimeout = 10 * time.Second
+
 // cleanupReserve is how much of go test's -timeout is kept for the harness
 // cleanups (leak check, daemons, CNI) after critest is stopped.
 const cleanupReserve = 3 * time.Minute
 
-// TestCritest runs critest v1.36.0 against shimd, offline, CRITEST_RUNS
-// times (default 1) in one environment: containerd + CNI + shimd from
+// TestCritest runs critest v1.37.0, its NRI contract specs included (on
+// shimd's private NRI socket), against shimd, offline, CRITEST_RUNS times
+// (default 1) in one environment: containerd + CNI + shimd from
 // critest/harness, shimd pulling through hosts.toml files that send every
 // mirrored registry (registry.k8s.io, gcr.io, ...) to the local registry and
 // nowhere else. It fails if any run fails or lacks a summary, if a pod or
@@ -47,8 +52,8 @@ func TestCritest(t *testing.T) {
 	tools := harness.Tools()
 	critestBin := tools.Critest
 	// critest's -parallel runs "ginkgo" from PATH; hack/tools.sh puts it
-	// next to critest (BinDir is /usr/bin with SHIMD_CONTAINERD=1.6).
-	toolsBin := filepath.Dir(critestBin)
+	// next to critest.
+	toolsBin := tools.CritoolsDir
 	tools.Require(t, critestBin)
 	if settings.Parallel > 1 {
 		tools.Require(t, filepath.Join(toolsBin, "ginkgo"))
@@ -59,7 +64,11 @@ func TestCritest(t *testing.T) {
 	hosts := filepath.Join(work, "hosts")
 	reg.WriteHermeticHostsDir(t, hosts)
 	env := harness.New(t, harness.Options{
-		Shimd:       harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
+		Shimd: harness.ShimdOptions{ExtraConfig: fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts),
+			// The NRI synchronization specs hold a plugin's Synchronize open for
+			// 2 s, the default request timeout, after which the plugin would be
+			// dropped (on any runtime at its default) instead of synchronized.
+			NRIRequestTimeout: nriRequestTimeout},
 		LeakTimeout: time.Minute,
 	})
 	t.Logf("base %s, shimd log %s, containerd log %s, registry %s (log %s)",
@@ -67,6 +76,8 @@ func TestCritest(t *testing.T) {
 
 	// The harness writes a crictl.yaml for shimd next to its config.
 	crictlCfg := filepath.Join(filepath.Dir(env.Shimd.ConfigPath()), "crictl.yaml")
+	// critest's NRI contract specs connect their plugin to shimd's private socket.
+	settings.NRISocket = env.Shimd.NRISocket()
 	args := Args(env.Shimd.Endpoint(), crictlCfg, settings, SkipRegex(skips))
 	var lines []string
 	for run := 1; run <= settings.Runs; run++ {

@@ -19,7 +19,7 @@ import (
 	"github.com/shimd/shimd/critest/harness"
 )
 
-// TestCritestRunsc runs critest v1.36.0 with -runtime-handler=runsc (gVisor,
+// TestCritestRunsc runs critest (harness.CritoolsVersion) with -runtime-handler=runsc (gVisor,
 // containerd-shim-runsc-v1, platform systrap) twice, in the same offline setup: once
 // against shimd, once against containerd 2.4's own CRI plugin with the same runsc and
 // the same options file. gVisor cannot do everything runc does (see README, "gVisor"),

@@ -25,7 +25,7 @@ import (
 func TestImageVolumes(t *testing.T) {
 	requireRoot(t)
 	env, _ := imageEnv(t, harness.Options{})
-	pull(t, env, busyboxImage)
+	imageID := pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
 	pod := newPod(t, rs, "imgvol")
 
@@ -52,6 +52,11 @@ func TestImageVolumes(t *testing.T) {
 	require.Equal(t, st1.Mounts[0].HostPath, st3.Mounts[0].HostPath)
 	require.True(t, strings.HasPrefix(st1.Mounts[0].HostPath, env.Shimd.StateDir()), "%s", st1.Mounts[0].HostPath)
 	require.Equal(t, filepath.Join(st1.Mounts[0].HostPath, "bin"), st1.Mounts[1].HostPath)
+	// Each image volume's status names the image's id, as PullImage answered it.
+	for _, m := range append(st1.Mounts, st3.Mounts...) {
+		require.Equal(t, imageID, m.GetImage().GetImageRef(), m.ContainerPath)
+		require.Equal(t, busyboxImage, m.GetImage().GetImage(), m.ContainerPath)
+	}
 
 	bad := []struct {
 		name string

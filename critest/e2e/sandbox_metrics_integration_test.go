@@ -75,7 +75,8 @@ func TestCRIPodSandboxMetrics(t *testing.T) {
 	busy := p.container("busy", "sh", "-c", "while :; do :; done")
 	busy.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuPeriod: 100000, CpuQuota: 100000}
 	busyID := p.run(busy)
-	idle := p.run(p.container("idle", "sleep", "3600"))
+	// idle holds a listening socket (nc) beside its shell's stdio.
+	idle := p.run(p.container("idle", "sh", "-c", "nc -l -p 8080 & exec sleep 3600"))
 	out, err := execSync(t, rs, idle, 30, "ping", "-c", "3", "-W", "1", podStatus(t, rs, other.id).Network.Ip)
 	require.NoError(t, err)
 	require.Equal(t, int32(0), out.ExitCode, "ping: %s %s", out.Stdout, out.Stderr)
@@ -91,8 +92,10 @@ func TestCRIPodSandboxMetrics(t *testing.T) {
 			}
 		}
 		cpu := mine[busyID]["container_cpu_usage_seconds_total"]
-		return len(cpu) == 1 && cpu[0].value >= 1
-	}, time.Minute, 500*time.Millisecond, "the busy container never reached one CPU second: %v", mine[busyID]["container_cpu_usage_seconds_total"])
+		sockets := mine[idle]["container_sockets"]
+		return len(cpu) == 1 && cpu[0].value >= 1 && len(sockets) == 1 && sockets[0].value == 1
+	}, time.Minute, 500*time.Millisecond, "the busy container never reached one CPU second (%v), or the idle one never had its listening socket (%v)",
+		mine[busyID]["container_cpu_usage_seconds_total"], mine[idle]["container_sockets"])
 
 	pod := mine[""]
 	require.Len(t, pod["container_network_receive_bytes_total"], 1, "one interface besides lo")
@@ -112,7 +115,21 @@ func TestCRIPodSandboxMetrics(t *testing.T) {
 	require.Equal(t, uint64(100000), c["container_spec_cpu_quota"][0].value)
 	require.InDelta(t, time.Now().Unix(), int64(c["container_start_time_seconds"][0].value), 120)
 	require.Len(t, c["container_fs_usage_bytes"], 1)
-	require.NotEmpty(t, c["container_fs_usage_bytes"][0].labels["device"])
+	device := c["container_fs_usage_bytes"][0].labels["device"]
+	require.NotEmpty(t, device)
+	// The writable layers' filesystem: its size and inodes, under the same device.
+	for _, name := range []string{"container_fs_limit_bytes", "container_fs_inodes_total", "container_fs_inodes_free"} {
+		require.Len(t, c[name], 1, name)
+		require.Equal(t, device, c[name][0].labels["device"], name)
+	}
+	require.Greater(t, c["container_fs_limit_bytes"][0].value, c["container_fs_usage_bytes"][0].value)
+	require.Greater(t, c["container_fs_inodes_total"][0].value, uint64(0))
+	require.LessOrEqual(t, c["container_fs_inodes_free"][0].value, c["container_fs_inodes_total"][0].value)
+	require.Len(t, c["container_memory_kernel_usage"], 1)
+	// The busy shell holds its stdio and no socket; the idle one's nc listens.
+	require.GreaterOrEqual(t, c["container_file_descriptors"][0].value, uint64(3))
+	require.Equal(t, uint64(0), c["container_sockets"][0].value)
+	require.Greater(t, mine[idle]["container_file_descriptors"][0].value, c["container_file_descriptors"][0].value)
 
 	// The stream sends the same pods and containers.
 	stream, err := rs.StreamPodSandboxMetrics(ctxT(t, time.Minute), &runtimeapi.StreamPodSandboxMetricsRequest{})

@@ -59,6 +59,9 @@ type ShimdOptions struct {
 	// whole suites run in either mode; unset, the key is left out (shimd's default,
 	// "when-needed").
 	Pause string
+	// NRIRequestTimeout is nri.plugin_request_timeout. Zero: the key is left out
+	// (shimd's default, 2 s).
+	NRIRequestTimeout time.Duration
 }
 
 // PauseMode is the sandbox.pause a test environment gets when its ShimdOptions.Pause
@@ -115,6 +118,9 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 	cfg := shimdConfig(s, opts.ContainerdAddress, runc, opts.RuncRoot, or(opts.LogLevel, "debug"), extra, opts.CNIBinDirs...)
 	if opts.RuntimeType != "" {
 		cfg = strings.Replace(cfg, strconv.Quote("io.containerd.runc.v2"), strconv.Quote(opts.RuntimeType), 1)
+	}
+	if opts.NRIRequestTimeout > 0 {
+		cfg = strings.Replace(cfg, "[nri]\n", "[nri]\nplugin_request_timeout = "+strconv.Quote(opts.NRIRequestTimeout.String())+"\n", 1)
 	}
 	if opts.Runsc {
 		cfg += fmt.Sprintf("\n[runtimes.%s]\ntype = %s\nconfig_path = %s\n", RunscHandler,

@@ -15,6 +15,20 @@ import (
 // when SHIMD_TOOLS is not set.
 const DefaultToolsDir = "/var/cache/shimd/tools"
 
+// DefaultCritoolsVersion is the cri-tools release (crictl, critest) the tests run
+// when CRITOOLS_VERSION is unset: hack/tools.sh's default, which
+// TestCritoolsVersionIsToolsDefault keeps equal.
+const DefaultCritoolsVersion = "v1.37.0"
+
+// CritoolsVersion is the cri-tools release under test: $CRITOOLS_VERSION, as for
+// hack/tools.sh, or DefaultCritoolsVersion.
+func CritoolsVersion() string {
+	if v := os.Getenv("CRITOOLS_VERSION"); v != "" {
+		return v
+	}
+	return DefaultCritoolsVersion
+}
+
 // Toolset holds the absolute paths of the binaries the tests run.
 type Toolset struct {
 	// BinDir is the directory that holds Containerd, Shim, Ctr and Runc. It
@@ -25,8 +39,11 @@ type Toolset struct {
 	Shim       string // containerd-shim-runc-v2
 	Ctr        string
 	Runc       string
-	Crictl     string
-	Critest    string
+	// Crictl and Critest are cri-tools CritoolsVersion()'s, from CritoolsDir,
+	// which also holds the ginkgo CLI critest's -parallel runs.
+	CritoolsDir string
+	Crictl      string
+	Critest     string
 	// Runsc and RunscShim (containerd-shim-runsc-v1) are gVisor's, from the tools
 	// directory whichever containerd runs (see HaveRunsc).
 	Runsc     string
@@ -37,8 +54,8 @@ type Toolset struct {
 }
 
 // Tools locates the binaries. SHIMD_TOOLS (default DefaultToolsDir) + "/bin"
-// holds containerd 2.4, containerd-shim-runc-v2, ctr, runc 1.5, crictl and
-// critest. With SHIMD_CONTAINERD=1.6 the containerd, shim, ctr and runc are
+// holds containerd 2.4, containerd-shim-runc-v2, ctr and runc 1.5, and in
+// bin/cri-tools-<CritoolsVersion()> crictl, critest and ginkgo. With SHIMD_CONTAINERD=1.6 the containerd, shim, ctr and runc are
 // Debian's from /usr/bin instead; with SHIMD_CONTAINERD=profiled the containerd is
 // bin/containerd-profiled; crictl and critest still come from the
 // tools directory. Tools does not check that the files exist: see Require.
@@ -48,16 +65,18 @@ func Tools() Toolset {
 		dir = DefaultToolsDir
 	}
 	bin := filepath.Join(dir, "bin")
+	cri := filepath.Join(bin, "cri-tools-"+CritoolsVersion())
 	ts := Toolset{
-		BinDir:     bin,
-		Containerd: filepath.Join(bin, "containerd"),
-		Shim:       filepath.Join(bin, "containerd-shim-runc-v2"),
-		Ctr:        filepath.Join(bin, "ctr"),
-		Runc:       filepath.Join(bin, "runc"),
-		Crictl:     filepath.Join(bin, "crictl"),
-		Critest:    filepath.Join(bin, "critest"),
-		Runsc:      filepath.Join(bin, "runsc"),
-		RunscShim:  filepath.Join(bin, "containerd-shim-runsc-v1"),
+		BinDir:      bin,
+		Containerd:  filepath.Join(bin, "containerd"),
+		Shim:        filepath.Join(bin, "containerd-shim-runc-v2"),
+		Ctr:         filepath.Join(bin, "ctr"),
+		Runc:        filepath.Join(bin, "runc"),
+		CritoolsDir: cri,
+		Crictl:      filepath.Join(cri, "crictl"),
+		Critest:     filepath.Join(cri, "critest"),
+		Runsc:       filepath.Join(bin, "runsc"),
+		RunscShim:   filepath.Join(bin, "containerd-shim-runsc-v1"),
 	}
 	if os.Getenv("SHIMD_CONTAINERD") == "profiled" {
 		// containerd 2.4 built to turn on Go's block and mutex profiles from its

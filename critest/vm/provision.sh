@@ -19,7 +19,9 @@ if [ -e /sys/class/net/eth0 ]; then
 fi
 
 cp -a /mnt/host/install/. /
-ln -sf "$tools/crictl" /usr/local/bin/crictl
+# crictl of the newest cri-tools the host built (hack/tools.sh: bin/cri-tools-<version>).
+crictl=$( (ls -d "$tools"/cri-tools-v*/crictl 2>/dev/null || true) | sort -V | tail -n 1)
+ln -sf "${crictl:-$tools/crictl}" /usr/local/bin/crictl
 ln -sf "$tools/runc" /usr/local/sbin/runc
 ln -sf "$tools/containerd-shim-runc-v2" /usr/local/bin/containerd-shim-runc-v2
 ln -sf "$tools/ctr" /usr/local/bin/ctr

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// critestImages are the names critest v1.36.0 pulls (pkg/validate,
+// critestImages are the names critest v1.37.0 (as v1.36.0) pulls (pkg/validate,
 // pkg/framework, pkg/benchmark), except the upstream-digest image.
 var critestImages = []string{
 	"registry.k8s.io/e2e-test-images/busybox:1.29-2",
