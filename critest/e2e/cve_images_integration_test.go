@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -328,4 +329,50 @@ func TestCVE_2026_53488_ImageLabelsReachContainerd(t *testing.T) {
 	stopRemove(t, rs, pod.id)
 	_, err := os.Stat(marker)
 	require.True(t, os.IsNotExist(err), "a label's command ran on the host")
+}
+
+// CVE-2026-47262 (containerd): the image's /etc/group was parsed without bound when
+// a container was created, so a crafted group file (millions of members on one line)
+// made the daemon allocate until the kernel killed it. Creating containers of such an
+// image must leave shimd's memory bounded: its peak may grow by far less than the
+// members would take as strings (10 MiB of commas: 160 MiB of string headers).
+func TestCVE_2026_47262_GroupFileMemory(t *testing.T) {
+	requireRoot(t)
+	env, cr := cveEnv(t, harness.Options{}, "", "")
+	// Lines just under the 64 KiB a line may have, up to just under containerd's
+	// 10 MiB cap on the file: 10 million members. And one line past 64 KiB.
+	var b strings.Builder
+	b.WriteString("root:x:0:\n")
+	for i := 0; b.Len() < 10<<20-70000; i++ {
+		fmt.Fprintf(&b, "cve%d:x:%d:%s\n", i, 5000+i, strings.Repeat(",", 65000))
+	}
+	group := b.String()
+	long := "root:x:0:\ncve:x:5555:" + strings.Repeat(",", 1<<20) + "\n"
+	img := busyboxBase(t)
+	img.addLayer(t, tarEntry{Name: "etc/group", Type: tar.TypeReg, Mode: 0o644, Data: []byte(group)})
+	img.Config.Config.User = "nobody"
+	ref := cr.push(t, img, "cve/groups-bomb", "v1")
+	pull(t, env, ref)
+	img = busyboxBase(t)
+	img.addLayer(t, tarEntry{Name: "etc/group", Type: tar.TypeReg, Mode: 0o644, Data: []byte(long)})
+	img.Config.Config.User = "nobody"
+	longRef := cr.push(t, img, "cve/groups-bomb", "long")
+	pull(t, env, longRef)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "groupbomb")
+	pid := env.Shimd.PID()
+	before := memKiB(t, pid, "VmHWM")
+	for i := 0; i < 4; i++ {
+		cfg := pod.container("c"+strconv.Itoa(i), "true")
+		cfg.Image.Image = ref
+		if i == 3 {
+			cfg.Image.Image = longRef
+		}
+		_, err := createOrRefuse(t, pod, cfg)
+		t.Logf("create %d: %v (peak %d KiB)", i, err, memKiB(t, pid, "VmHWM"))
+	}
+	after := memKiB(t, pid, "VmHWM")
+	t.Logf("shimd's peak resident memory: %d KiB before, %d KiB after", before, after)
+	require.Less(t, after-before, 64<<10, "shimd's memory grew with the group file's members")
+	stopRemove(t, rs, pod.id)
 }

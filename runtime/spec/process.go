@@ -92,7 +92,13 @@ func workingDir(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) (strin
 	if !path.IsAbs(dir) {
 		return "", invalid(field, "%q is not absolute", dir)
 	}
-	return path.Clean(dir), nil
+	dir = path.Clean(dir)
+	if dir == "/proc" || strings.HasPrefix(dir, "/proc/") {
+		// /proc/self/fd/N, /proc/1/cwd: where a runtime's leaked descriptor leads to
+		// the host's filesystem (runc's CVE-2024-21626). No process works there.
+		return "", invalid(field, "%q is in /proc", dir)
+	}
+	return dir, nil
 }
 
 // mergeEnv gives the config's envs precedence over the image's, and both over the
