@@ -376,3 +376,78 @@ func TestCVE_2026_47262_GroupFileMemory(t *testing.T) {
 	require.Less(t, after-before, 64<<10, "shimd's memory grew with the group file's members")
 	stopRemove(t, rs, pod.id)
 }
+
+// CVE-2021-21334 (containerd): containers created from the same image shared one
+// copy of the image's environment, so one container's variables showed up in
+// another's. Each container must see the image's variables and its own only.
+func TestCVE_2021_21334_EnvSharedBetweenContainers(t *testing.T) {
+	requireRoot(t)
+	env, cr := cveEnv(t, harness.Options{}, "", "")
+	img := busyboxBase(t)
+	img.Config.Config.Env = append(img.Config.Config.Env, "FROM_IMAGE=1")
+	ref := cr.push(t, img, "cve/env", "v1")
+	pull(t, env, ref)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "env")
+	ids := map[string]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		cfg := pod.container(name, "sleep", "3600")
+		cfg.Image.Image = ref
+		cfg.Envs = []*runtimeapi.KeyValue{{Key: "ONLY_" + strings.ToUpper(name), Value: []byte(name)}, {Key: "FROM_IMAGE", Value: []byte(name)}}
+		ids[name] = pod.run(cfg)
+	}
+	for name, id := range ids {
+		out, err := execSync(t, rs, id, 10, "env")
+		require.NoError(t, err)
+		for _, other := range []string{"a", "b", "c"} {
+			if other == name {
+				require.Contains(t, string(out.Stdout), "ONLY_"+strings.ToUpper(other)+"="+other+"\n")
+				continue
+			}
+			require.NotContains(t, string(out.Stdout), "ONLY_"+strings.ToUpper(other), "container %s sees %s's variable", name, other)
+		}
+		require.Contains(t, string(out.Stdout), "FROM_IMAGE="+name+"\n", "container %s", name)
+	}
+	stopRemove(t, rs, pod.id)
+}
+
+// CVE-2025-31133 (runc): an image whose /dev/null is a symbolic link (to
+// /proc/sys/kernel/core_pattern) had runc bind-mount the link's target over the
+// masked paths, writable: a write to /proc/sysrq-trigger in the container set the
+// host's core pattern. The host's core pattern must not change, whatever the
+// container writes to its masked paths.
+func TestCVE_2025_31133_DevNullSymlinkInImage(t *testing.T) {
+	requireRoot(t)
+	env, cr := cveEnv(t, harness.Options{}, "", "")
+	before, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if now, _ := os.ReadFile("/proc/sys/kernel/core_pattern"); string(now) != string(before) {
+			_ = os.WriteFile("/proc/sys/kernel/core_pattern", before, 0o644)
+		}
+	})
+	img := busyboxBase(t)
+	img.addLayer(t,
+		tarEntry{Name: "dev/", Type: tar.TypeDir, Mode: 0o755},
+		tarEntry{Name: "dev/null", Type: tar.TypeSymlink, Link: "/proc/sys/kernel/core_pattern", Mode: 0o777},
+	)
+	ref := cr.push(t, img, "cve/devnull", "v1")
+	pull(t, env, ref)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "devnull")
+	cfg := pod.container("c")
+	cfg.Image.Image = ref
+	cfg.Command = []string{"sh", "-c", "for p in /proc/sysrq-trigger /proc/kcore /proc/timer_list /proc/keys /proc/latency_stats /proc/sched_debug /proc/scsi /sys/firmware; do echo '|/tmp/cve-2025-31133 %p' > $p; done; echo END-OF-TEST; exec sleep 3600"}
+	id, err := createOrRefuse(t, pod, cfg)
+	if err == nil {
+		_, err = rs.StartContainer(ctxT(t, time.Minute), &runtimeapi.StartContainerRequest{ContainerId: id})
+		t.Logf("start: %v", err)
+		if err == nil {
+			waitLog(t, filepath.Join(pod.logDir, cfg.LogPath), "END-OF-TEST")
+		}
+	}
+	after, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(after), "the host's core pattern changed")
+	stopRemove(t, rs, pod.id)
+}
