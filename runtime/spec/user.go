@@ -175,10 +175,11 @@ func ReadUserDB(rootfs string) (*UserDB, error) {
 }
 
 // userFileError: an error of the system stays what it is; anything else is the
-// file's fault (too long a line, too large, not a regular file).
+// image's fault (too long a line, too large, not a regular file, links that loop or
+// run through a file).
 func userFileError(name string, err error) error {
 	var errno syscall.Errno
-	if errors.As(err, &errno) {
+	if errors.As(err, &errno) && errno != syscall.ELOOP && errno != syscall.ENOTDIR && errno != syscall.ENAMETOOLONG {
 		return fmt.Errorf("read the image's %s: %w", name, err)
 	}
 	return invalid("image", "its %s cannot be read: %v", name, err)

@@ -202,4 +202,10 @@ func TestUserDBGroupBomb(t *testing.T) {
 
 	_, err = ReadUserDB(rootfsWith(t, testPasswd, "g:x:1:"+strings.Repeat(",", 1<<20)+"\n"))
 	require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+
+	// /etc a link that loops.
+	loop := t.TempDir()
+	require.NoError(t, os.Symlink("/etc", filepath.Join(loop, "etc")))
+	_, err = ReadUserDB(loop)
+	require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
 }
