@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +126,35 @@ func TestCVE_2024_3154_AnnotationsReachRuntime(t *testing.T) {
 // unsafeAnnotation: runc features' potentiallyUnsafeConfigAnnotations (runc 1.2+).
 func unsafeAnnotation(k string) bool {
 	return k == "bundle" || k == "org.criu.config" || strings.HasPrefix(k, "org.systemd.property.")
+}
+
+// CVE-2025-0750 (CRI-O): paths built from pod fields went outside the pod's log
+// directory ("../"), and CRI-O unmounted or linked what they named on the host. A
+// container's log path must stay in its pod's log directory: one with "..", or an
+// absolute one, is refused and nothing is created outside.
+func TestCVE_2025_0750_LogPathTraversal(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	rs := env.Shimd.Runtime(t)
+	pod := newPod(t, rs, "logpath")
+	hostDir := t.TempDir()
+	before := containerdIDs(t, env)
+	for _, p := range []string{
+		strings.Repeat("../", 24) + strings.TrimPrefix(hostDir, "/") + "/evil.log",
+		"x/../../evil.log",
+		hostDir + "/evil.log",
+	} {
+		cfg := pod.container("c", "sleep", "3600")
+		cfg.LogPath = p
+		_, err := rs.CreateContainer(ctxT(t, time.Minute), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.id, Config: cfg, SandboxConfig: pod.cfg})
+		requireRefused(t, env, before, err, "config.log_path")
+	}
+	requireEmptyDir(t, hostDir, "a log path")
+	entries, err := os.ReadDir(filepath.Dir(pod.logDir))
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotEqual(t, "evil.log", e.Name(), "a log was created beside the pod's log directory")
+	}
+	stopRemove(t, rs, pod.id)
 }
