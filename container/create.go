@@ -299,13 +299,18 @@ func (s *Manager) undoRecords(ctx context.Context, c *Container, container, kept
 }
 
 // userDBCache keeps the user databases of images by chain id (see spec.UserDB), at
-// most userDBCacheSize of them: a node's images, as a rule.
+// most userDBCacheSize of them and userDBCacheBytes together: a node's images, as a
+// rule, and never what crafted images' user files would make of it.
 type userDBCache struct {
-	mu  sync.Mutex
-	dbs map[string]*spec.UserDB
+	mu    sync.Mutex
+	dbs   map[string]*spec.UserDB
+	bytes int
 }
 
-const userDBCacheSize = 256
+const (
+	userDBCacheSize  = 256
+	userDBCacheBytes = 32 << 20
+)
 
 func (u *userDBCache) get(chainID string) *spec.UserDB {
 	u.mu.Lock()
@@ -316,10 +321,14 @@ func (u *userDBCache) get(chainID string) *spec.UserDB {
 func (u *userDBCache) put(chainID string, db *spec.UserDB) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.dbs == nil || len(u.dbs) >= userDBCacheSize {
-		u.dbs = map[string]*spec.UserDB{} // start again: reading one costs a mount
+	if u.dbs == nil || len(u.dbs) >= userDBCacheSize || u.bytes+db.Bytes() > userDBCacheBytes {
+		u.dbs, u.bytes = map[string]*spec.UserDB{}, 0 // start again: reading one costs a mount
+	}
+	if db.Bytes() > userDBCacheBytes {
+		return
 	}
 	u.dbs[chainID] = db
+	u.bytes += db.Bytes()
 }
 
 // containerSpec gathers the inputs of the pure spec builder.

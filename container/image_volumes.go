@@ -118,8 +118,18 @@ func (v *imageVolumes) volume(ctx context.Context, sb pod.Pod, img *image.Image,
 		chainID = ""
 	}
 	// The directory first: a view snapshot never exists without it, so removal can
-	// find every view from the directory alone.
-	if err := os.MkdirAll(target, 0o755); err != nil {
+	// find every view from the directory alone. No other host user may reach an
+	// image's files through it (CVE-2021-41103): the pod's directory is root's only.
+	if err := os.MkdirAll(filepath.Dir(v.dir(sandboxID)), 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(v.dir(sandboxID), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	if err := os.Chmod(v.dir(sandboxID), 0o700); err != nil { // made 0755 by an older shimd
+		return "", err
+	}
+	if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
 	sn := v.m.opts.Client.SnapshotService(snapshotter)

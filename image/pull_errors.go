@@ -71,7 +71,11 @@ func isNetworkError(err error) bool {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	var netErr net.Error
-	return errors.As(err, &dnsErr) || errors.As(err, &opErr) || errors.As(err, &netErr) ||
+	// A bare syscall.Errno is a net.Error too (it has Timeout and Temporary): a layer
+	// that cannot be applied ("link a b: no such file or directory") is not one.
+	var errno syscall.Errno
+	isNetErr := errors.As(err, &netErr) && !errors.As(netErr, &errno)
+	return errors.As(err, &dnsErr) || errors.As(err, &opErr) || isNetErr ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"syscall"
 	"testing"
 
@@ -49,4 +51,8 @@ func TestClassifyPullError(t *testing.T) {
 		})
 	}
 	require.False(t, errdefs.IsUnavailable(classifyPullError(ref, errors.New("something else"))))
+	// A layer that cannot be applied is no network failure, though its errno is a net.Error.
+	unpack := fmt.Errorf("apply layer: %w", &os.LinkError{Op: "link", Old: "a", New: "b", Err: syscall.ENOENT})
+	require.False(t, errdefs.IsUnavailable(classifyPullError(ref, unpack)))
+	require.True(t, errdefs.IsUnavailable(classifyPullError(ref, &url.Error{Op: "Get", URL: "http://r/v2/", Err: &net.OpError{Op: "read", Err: syscall.ETIMEDOUT}})))
 }

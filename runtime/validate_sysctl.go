@@ -50,8 +50,11 @@ func validateSysctls(linux *runtimeapi.LinuxPodSandboxConfig) error {
 		if len(k) > maxSysctlNameLen || !sysctlNameRE.MatchString(k) {
 			return invalid(f, "is not a valid sysctl name")
 		}
-		if v := sysctls[k]; strings.ContainsAny(v, "\x00\n") {
-			return invalid(f, "the value holds a NUL or newline")
+		// '+' and '=' let a value smuggle a second key=value pair into what a runtime
+		// writes (CRI-O's CVE-2022-0811 set the host's kernel.core_pattern so); no
+		// namespaced sysctl takes them.
+		if v := sysctls[k]; strings.ContainsAny(v, "\x00\n+=") {
+			return invalid(f, "the value %q holds a NUL, newline, '+' or '='", v)
 		}
 		name := pod.NormalizeSysctlName(k)
 		switch sysctlNamespace(name) {

@@ -212,6 +212,25 @@ func TestValidateSysctls(t *testing.T) {
 	}
 }
 
+// A value may not smuggle a second key (CVE-2022-0811); ordinary values pass.
+func TestValidateSysctlValues(t *testing.T) {
+	for v, valid := range map[string]bool{
+		"1": true, "1024 65535": true, "0 2147483647": true, "cubic": true,
+		"1+kernel.core_pattern=|/x": false, "1 kernel.core_pattern=|/x": false, "+": false, "a=b": false,
+		"1\nkernel.core_pattern": false, "1\x00": false,
+	} {
+		cfg := validConfig()
+		cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{Sysctls: map[string]string{"net.ipv4.ip_local_port_range": v}}
+		err := validateSandboxConfig(cfg)
+		if valid {
+			require.NoError(t, err, "%q", v)
+			continue
+		}
+		require.True(t, errdefs.IsInvalidArgument(err), "%q: %v", v, err)
+		require.ErrorContains(t, err, "config.linux.sysctls")
+	}
+}
+
 // A pod's cgroup parent must be of the form of shimd's cgroup driver, checked at
 // RunPodSandbox before the sandbox manager is asked for anything.
 func TestCgroupParentFollowsTheDriver(t *testing.T) {

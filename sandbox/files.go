@@ -52,6 +52,14 @@ func (l layout) writeFiles(sb *Sandbox) (_ func(), err error) {
 			undo()
 		}
 	}()
+	// The pods' directory may be traversed, not listed, by other host users: a
+	// container in a user namespace reads its pod's files as one (CVE-2021-41103).
+	if err := os.MkdirAll(filepath.Dir(l.dir(sb.ID)), 0o711); err != nil {
+		return nil, fmt.Errorf("create sandboxes dir: %w", err)
+	}
+	if err := os.Chmod(filepath.Dir(l.dir(sb.ID)), 0o711); err != nil { // 0755 from an older shimd
+		return nil, fmt.Errorf("create sandboxes dir: %w", err)
+	}
 	if err := os.MkdirAll(l.dir(sb.ID), 0o755); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}

@@ -90,23 +90,26 @@ func processArgs(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) ([]st
 
 // workingDir is the config's, else the image's, else "/"; it must be absolute.
 func workingDir(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) (string, error) {
-	field, dir := "config.working_dir", cfg.GetWorkingDir()
+	field, dir, refuse := "config.working_dir", cfg.GetWorkingDir(), invalid
 	if dir == "" {
-		field, dir = "image.working_dir", img.WorkingDir
+		// The image's own: a bad one is the image's fault, not the request's.
+		field, dir, refuse = "image.working_dir", img.WorkingDir, badImage
 	}
-	if dir == "" {
+	switch {
+	case dir == "":
 		return "/", nil
+	case strings.IndexByte(dir, 0) >= 0:
+		return "", refuse(field, "%q holds a NUL byte", dir)
+	case !path.IsAbs(dir):
+		return "", refuse(field, "%q is not absolute", dir)
 	}
-	if field == "image.working_dir" && strings.IndexByte(dir, 0) >= 0 {
-		return "", badImage(field, "%q holds a NUL byte", dir)
+	dir = path.Clean(dir)
+	if dir == "/proc" || strings.HasPrefix(dir, "/proc/") {
+		// /proc/self/fd/N, /proc/1/cwd: where a runtime's leaked descriptor leads to
+		// the host's filesystem (runc's CVE-2024-21626). No process works there.
+		return "", refuse(field, "%q is in /proc", dir)
 	}
-	if !path.IsAbs(dir) {
-		if field == "image.working_dir" {
-			return "", badImage(field, "%q is not absolute", dir)
-		}
-		return "", invalid(field, "%q is not absolute", dir)
-	}
-	return path.Clean(dir), nil
+	return dir, nil
 }
 
 // What runc refuses of the image's own process fields only when it starts the

@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -156,12 +157,14 @@ func validateInput(in Input) error {
 	return nil
 }
 
-// annotations are the config's annotations plus the CRI ones, which win.
+// annotations are the config's annotations, less those runc reads as instructions,
+// plus the CRI ones, which win.
 func annotations(in Input) map[string]string {
 	a := maps.Clone(in.Config.GetAnnotations())
 	if a == nil {
 		a = map[string]string{}
 	}
+	maps.DeleteFunc(a, func(k, _ string) bool { return UnsafeAnnotation(k) })
 	md := in.SandboxConfig.GetMetadata()
 	a[AnnotationContainerType] = ContainerTypeContainer
 	a[AnnotationSandboxID] = in.SandboxID
@@ -171,6 +174,16 @@ func annotations(in Input) map[string]string {
 	a[AnnotationContainerName] = in.Config.GetMetadata().GetName()
 	a[AnnotationImageName] = in.ImageName
 	return a
+}
+
+// UnsafeAnnotation tells an annotation runc reads as an instruction (runc features'
+// potentiallyUnsafeConfigAnnotations): "org.systemd.property.*" sets properties of
+// the container's systemd unit (ExecStopPost= runs a host command as root),
+// "org.criu.config" names a CRIU configuration file (with action scripts), "bundle"
+// a directory. A request's annotations never bring them into a spec (CRI-O's
+// CVE-2024-3154; containerd passes only annotations its configuration allows).
+func UnsafeAnnotation(k string) bool {
+	return k == "bundle" || k == "org.criu.config" || strings.HasPrefix(k, "org.systemd.property.")
 }
 
 // invalid is an InvalidArgument error naming the field at fault.

@@ -201,6 +201,12 @@ func TestContainerProcess(t *testing.T) {
 			wantErr: errdefs.ErrInvalidArgument},
 		{name: "relative image working dir", mutate: func(in *Input) { in.Image.WorkingDir = "rel" },
 			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "config working dir in /proc (CVE-2024-21626)", mutate: func(in *Input) { in.Config.WorkingDir = "/proc/self/fd/7" },
+			wantErr: errdefs.ErrInvalidArgument},
+		{name: "image working dir in /proc", mutate: func(in *Input) { in.Image.WorkingDir = "/x/../proc/1/cwd" },
+			wantErr: errdefs.ErrFailedPrecondition},
+		{name: "working dir /process is not /proc", mutate: func(in *Input) { in.Config.WorkingDir = "/process" },
+			check: func(t *testing.T, s *specs.Spec) { require.Equal(t, "/process", s.Process.Cwd) }},
 		{name: "tty", mutate: func(in *Input) { in.Config.Tty, in.Config.Stdin = true, true },
 			check: func(t *testing.T, s *specs.Spec) { require.True(t, s.Process.Terminal) }},
 		{name: "no tty by default", check: func(t *testing.T, s *specs.Spec) { require.False(t, s.Process.Terminal) }},
@@ -243,6 +249,16 @@ func TestContainerAnnotations(t *testing.T) {
 		}, check: func(t *testing.T, s *specs.Spec) {
 			require.Equal(t, "y", s.Annotations["x"])
 			require.Equal(t, "container", s.Annotations[AnnotationContainerType])
+		}},
+		{name: "annotations runc obeys dropped", mutate: func(in *Input) {
+			in.Config.Annotations = map[string]string{"org.systemd.property.ExecStopPost": "x", "org.criu.config": "/c",
+				"bundle": "/b", "org.systemd.propertyX": "kept", "io.x/bundle": "kept"}
+		}, check: func(t *testing.T, s *specs.Spec) {
+			for _, k := range []string{"org.systemd.property.ExecStopPost", "org.criu.config", "bundle"} {
+				require.NotContains(t, s.Annotations, k)
+			}
+			require.Equal(t, "kept", s.Annotations["org.systemd.propertyX"])
+			require.Equal(t, "kept", s.Annotations["io.x/bundle"])
 		}},
 	})
 }

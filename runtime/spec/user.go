@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/moby/sys/user"
@@ -110,15 +111,33 @@ func userArgs(sc *runtimeapi.LinuxContainerSecurityContext, imageUser string) (u
 
 // UserDB is what a rootfs's /etc/passwd and /etc/group say (either may be absent).
 // For an image's fresh writable layer it depends only on the image's layers (their
-// chain id), so callers may keep it.
+// chain id), so callers may keep it. It keeps only names and ids, and each group's
+// non-empty member names in one string: a crafted group file of millions of empty
+// members (containerd's CVE-2026-47262) costs no more than its size, once.
 type UserDB struct {
-	users  []user.User
-	groups []user.Group
+	users  []dbUser
+	groups []dbGroup
+	bytes  int
 }
+
+type dbUser struct {
+	name     string
+	uid, gid int
+}
+
+type dbGroup struct {
+	name    string
+	gid     int
+	members string // ",alice,bob,"
+}
+
+// Bytes is about how much memory db holds.
+func (db *UserDB) Bytes() int { return db.bytes }
 
 // ReadUserDB reads the files with containerd's reader (oci.UserFromFS, GIDFromFS):
 // it resolves symlinks inside the rootfs (an absolute link stays in it), accepts
-// only regular files and caps their size. The filters collect every entry.
+// only regular files and caps their size. The filters collect every entry. A file
+// that cannot be parsed is InvalidArgument.
 func ReadUserDB(rootfs string) (*UserDB, error) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
@@ -126,15 +145,44 @@ func ReadUserDB(rootfs string) (*UserDB, error) {
 	}
 	defer root.Close()
 	db := &UserDB{}
-	_, err = oci.UserFromFS(root.FS(), func(u user.User) bool { db.users = append(db.users, u); return false })
+	_, err = oci.UserFromFS(root.FS(), func(u user.User) bool {
+		db.users = append(db.users, dbUser{name: strings.Clone(u.Name), uid: u.Uid, gid: u.Gid})
+		db.bytes += len(u.Name) + 40
+		return false
+	})
 	if err != nil && !errors.Is(err, oci.ErrNoUsersFound) && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read the image's /etc/passwd: %w", err)
+		return nil, userFileError("/etc/passwd", err)
 	}
-	_, err = oci.GIDFromFS(root.FS(), func(g user.Group) bool { db.groups = append(db.groups, g); return false })
+	var members strings.Builder
+	_, err = oci.GIDFromFS(root.FS(), func(g user.Group) bool {
+		members.Reset()
+		for _, m := range g.List {
+			if m != "" {
+				members.WriteString("," + m)
+			}
+		}
+		if members.Len() > 0 {
+			members.WriteString(",")
+		}
+		db.groups = append(db.groups, dbGroup{name: strings.Clone(g.Name), gid: g.Gid, members: members.String()})
+		db.bytes += len(g.Name) + members.Len() + 48
+		return false
+	})
 	if err != nil && !errors.Is(err, oci.ErrNoGroupsFound) && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read the image's /etc/group: %w", err)
+		return nil, userFileError("/etc/group", err)
 	}
 	return db, nil
+}
+
+// userFileError: an error of the system stays what it is; anything else is the
+// image's fault (too long a line, too large, not a regular file, links that loop or
+// run through a file).
+func userFileError(name string, err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno != syscall.ELOOP && errno != syscall.ENOTDIR && errno != syscall.ENAMETOOLONG {
+		return fmt.Errorf("read the image's %s: %w", name, err)
+	}
+	return invalid("image", "its %s cannot be read: %v", name, err)
 }
 
 // lookupUser resolves a uid or name. A uid without passwd entry gets gid 0.
@@ -144,8 +192,8 @@ func (db *UserDB) lookupUser(arg, field string) (User, error) {
 		return User{}, invalid(field, "user %q: %v", arg, err)
 	}
 	for _, u := range db.users {
-		if (numeric && u.Uid == int(uid)) || (!numeric && u.Name == arg) {
-			return User{UID: uint32(u.Uid), GID: uint32(u.Gid), Username: u.Name}, nil
+		if (numeric && u.uid == int(uid)) || (!numeric && u.name == arg) {
+			return User{UID: uint32(u.uid), GID: uint32(u.gid), Username: u.name}, nil
 		}
 	}
 	if !numeric {
@@ -164,8 +212,8 @@ func (db *UserDB) lookupGroup(arg, field string) (uint32, error) {
 		return gid, nil
 	}
 	for _, g := range db.groups {
-		if g.Name == arg {
-			return uint32(g.Gid), nil
+		if g.name == arg {
+			return uint32(g.gid), nil
 		}
 	}
 	return 0, invalid(field, "group %q not found in the image's /etc/group", arg)
@@ -175,8 +223,8 @@ func (db *UserDB) lookupGroup(arg, field string) (uint32, error) {
 func (db *UserDB) groupsOf(name string) []uint32 {
 	var out []uint32
 	for _, g := range db.groups {
-		if slices.Contains(g.List, name) {
-			out = append(out, uint32(g.Gid))
+		if strings.Contains(g.members, ","+name+",") {
+			out = append(out, uint32(g.gid))
 		}
 	}
 	return out

@@ -1,8 +1,10 @@
 package spec
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -180,4 +182,30 @@ func TestResolveUserFiles(t *testing.T) {
 		_, err := ResolveUser(root, nil, "bob")
 		require.Error(t, err)
 	})
+}
+
+// A group file of millions of empty members (CVE-2026-47262) costs about nothing
+// once read; members still count whatever their place in the list; a line too long
+// to parse is the image's fault.
+func TestUserDBGroupBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("alice:x:1000:\nfirst:x:7:alice,,\nmiddle:x:8:,,bob,alice,,carol\nsub:x:9:alicex,xalice\n")
+	for i := 0; i < 150; i++ {
+		fmt.Fprintf(&b, "bomb%d:x:%d:%s\n", i, 5000+i, strings.Repeat(",", 65000))
+	}
+	db, err := ReadUserDB(rootfsWith(t, testPasswd, b.String()))
+	require.NoError(t, err)
+	require.Less(t, db.Bytes(), 64<<10, "what the database keeps")
+	u, err := db.Resolve(nil, "alice")
+	require.NoError(t, err)
+	require.Equal(t, []uint32{7, 8, 1000}, u.AdditionalGIDs)
+
+	_, err = ReadUserDB(rootfsWith(t, testPasswd, "g:x:1:"+strings.Repeat(",", 1<<20)+"\n"))
+	require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
+
+	// /etc a link that loops.
+	loop := t.TempDir()
+	require.NoError(t, os.Symlink("/etc", filepath.Join(loop, "etc")))
+	_, err = ReadUserDB(loop)
+	require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
 }
