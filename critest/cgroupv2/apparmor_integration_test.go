@@ -17,7 +17,8 @@ import (
 // (containerd's template) deny what the capabilities alone would allow: a mount with
 // CAP_SYS_ADMIN, a write to /proc/sys/kernel/core_pattern. Both are tried in an
 // Unconfined container with the same capabilities, where they work, so the denial is
-// AppArmor's; the write puts back the value read, so the guest's core_pattern stays.
+// AppArmor's (EACCES; missing capabilities give EPERM); the write puts back the value
+// read, so the guest's core_pattern stays.
 func TestAppArmorRuntimeDefault(t *testing.T) {
 	requireGuest(t)
 	require.Equal(t, "Y", sh(t, "cat /sys/module/apparmor/parameters/enabled"), "the guest's kernel enforces AppArmor")
@@ -34,6 +35,7 @@ func TestAppArmorRuntimeDefault(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &info), out)
 	require.True(t, info.AppArmor.Enabled, out)
 	require.Equal(t, "shimd-default", info.AppArmor.DefaultProfile, out)
+	t.Logf("crictl info: apparmor %+v", info.AppArmor)
 	require.Equal(t, "shimd-default (enforce)", sh(t, "grep '^shimd-default ' /sys/kernel/security/apparmor/profiles"))
 
 	// A privileged pod, so that it may also hold a privileged container.
@@ -62,11 +64,13 @@ func TestAppArmorRuntimeDefault(t *testing.T) {
 		initLabel, execLabel := label(id)
 		require.Equal(t, "shimd-default (enforce)", initLabel, "%s: the container's init", name)
 		require.Equal(t, "shimd-default (enforce)", execLabel, "%s: a process exec'd into it", name)
+		t.Logf("%s: init %q, exec %q", name, initLabel, execLabel)
 	}
 	for name, id := range map[string]string{"Unconfined": unconfined, "privileged": privileged} {
 		initLabel, execLabel := label(id)
 		require.Equal(t, "unconfined", initLabel, name)
 		require.Equal(t, "unconfined", execLabel, name)
+		t.Logf("%s: init %q, exec %q", name, initLabel, execLabel)
 	}
 
 	// What the profile denies, tried with CAP_SYS_ADMIN in each container.
@@ -82,18 +86,16 @@ func TestAppArmorRuntimeDefault(t *testing.T) {
 	require.Equal(t, 0, code, "a mount with CAP_SYS_ADMIN, unconfined: %s", out)
 	code, out = corePattern(unconfined)
 	require.Equal(t, 0, code, "core_pattern rewritten, unconfined: %s", out)
-	sh(t, "dmesg -c >/dev/null") // from here on, the kernel log holds this test's denials
 	for name, id := range map[string]string{"unset": unset, "RuntimeDefault": runtimeDefault} {
 		code, out := mount(id)
 		require.NotEqual(t, 0, code, "%s: the profile denies mount", name)
 		require.Contains(t, out, "Permission denied", "%s: EACCES is AppArmor's answer (capabilities give EPERM)", name)
+		t.Logf("%s: mount: exit %d: %s", name, code, out)
 		code, out = corePattern(id)
 		require.NotEqual(t, 0, code, "%s: the profile denies the write", name)
 		require.Contains(t, out, "Permission denied", name)
+		t.Logf("%s: core_pattern: exit %d: %s", name, code, out)
 	}
+	// The kernel logs none of it: the template's "deny" rules are quiet.
 	require.Equal(t, before, sh(t, "cat /proc/sys/kernel/core_pattern"))
-	denials := sh(t, `dmesg | grep 'apparmor="DENIED"' | grep 'profile="shimd-default"' || true`)
-	t.Logf("kernel log:\n%s", denials)
-	require.Contains(t, denials, `operation="mount"`)
-	require.Contains(t, denials, `name="/proc/sys/kernel/core_pattern"`)
 }
