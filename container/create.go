@@ -339,7 +339,7 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 		Image: img.Config.Config, ImageName: c.ImageName, User: user,
 		SandboxPID: sb.PID, NetNSPath: sb.NetNSPath, Pauseless: sb.Pauseless, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
 		HostnamePath: files.Hostname, HostsPath: files.Hosts, ResolvConfPath: files.ResolvConf, ShmPath: files.Shm,
-		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj, AppArmorEnabled: s.opts.Node.AppArmor,
+		CgroupDriver: s.opts.CgroupDriver, MinOOMScoreAdj: s.opts.MinOOMScoreAdj,
 		CgroupsPath: pod.CgroupPath(sb.Config.GetLinux().GetCgroupParent(), c.ID, s.opts.CgroupDriver),
 	}
 	hf := s.opts.Node.Handlers[handlerName(sb.RuntimeHandler, s.opts.Handlers.Default)]

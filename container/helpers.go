@@ -17,8 +17,8 @@ import (
 )
 
 // loadSpecFiles reads what the spec builder needs from disk: a Localhost seccomp
-// profile, the devices the config asks for and, for privileged containers, the
-// host's devices.
+// profile, the AppArmor profiles (apparmor.go), the devices the config asks for and,
+// for privileged containers, the host's devices.
 func (s *Manager) loadSpecFiles(_ context.Context, c *Container, in *spec.Input) error {
 	sc := c.Config.GetLinux().GetSecurityContext()
 	if profile := spec.SeccompLocalhostPath(sc); profile != "" {
@@ -32,12 +32,8 @@ func (s *Manager) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 		}
 		in.SeccompLocalhost = data
 	}
-	if name := spec.AppArmorLocalhostName(sc); name != "" && s.opts.Node.AppArmor {
-		// As containerd's CRI plugin: a profile the node has not loaded fails at
-		// create, not as a runc error at start.
-		if !appArmorProfileLoaded(appArmorProfiles, name) {
-			return invalid("config.linux.security_context.apparmor", "Localhost profile %q is not loaded on this node", name)
-		}
+	if err := s.appArmorSpecInput(sc, in); err != nil {
+		return err
 	}
 	devs, err := spec.ReadDevices(c.Config.GetDevices())
 	if err != nil {

@@ -97,6 +97,10 @@ type NodeInfo struct {
 	// AppArmor: the kernel enforces AppArmor, so a container may run under a
 	// Localhost profile loaded on the node.
 	AppArmor bool
+	// AppArmorDefault is shimd's default AppArmor profile, loaded at start (see
+	// apparmor.go), for containers that ask RuntimeDefault or nothing and are not
+	// privileged; "" = none, they run unconfined (no AppArmor, or no apparmor_parser).
+	AppArmorDefault string
 	// CPUs and MemoryNodes are the node's online CPUs and memory nodes as cpuset
 	// lists ("0-3"); New reads them from sysfs when empty.
 	CPUs, MemoryNodes string
@@ -125,6 +129,7 @@ type Manager struct {
 	dirs       dirs
 	volumes    *imageVolumes
 	cdi        cdiInjector
+	apparmor   *appArmorDefault
 	nri        *NRIGlue
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	closing    chan struct{}  // closed by Close: ends the waits for lost exits
@@ -153,6 +158,7 @@ func New(opts Options) *Manager {
 	s.ckpt = &Checkpoints{m: s, criu: newCRIUChecker()}
 	s.volumes = &imageVolumes{m: s}
 	s.cdi = cdiInjector{registry: opts.CDI}
+	s.apparmor = newAppArmorDefault()
 	return s
 }
 

@@ -2,9 +2,12 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/container"
 )
 
 // Status reports whether containerd answers (RuntimeReady) and a CNI network config is
@@ -55,7 +58,8 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 		}
 	}
 	if req.GetVerbose() {
-		resp.Info = map[string]string{"config": s.opts.ConfigJSON, "network": s.opts.Network.Describe()}
+		resp.Info = map[string]string{"config": s.opts.ConfigJSON, "network": s.opts.Network.Describe(),
+			"apparmor": appArmorInfo(s.opts.Node)}
 	}
 	return resp, nil
 }
@@ -75,4 +79,24 @@ func (s *Service) UpdateRuntimeConfig(_ context.Context, req *runtimeapi.UpdateR
 		s.opts.Network.SetPodCIDR(cidr)
 	}
 	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}
+
+// appArmorInfo is Status's "apparmor" entry (crictl info): whether the kernel
+// enforces AppArmor and the profile of containers that ask RuntimeDefault or nothing.
+func appArmorInfo(node container.NodeInfo) string {
+	info := struct {
+		Enabled        bool   `json:"enabled"`
+		DefaultProfile string `json:"defaultProfile"`
+		Note           string `json:"note,omitempty"`
+	}{Enabled: node.AppArmor, DefaultProfile: node.AppArmorDefault}
+	switch {
+	case !node.AppArmor:
+		info.Note = "no AppArmor in the kernel: containers run unconfined"
+	case node.AppArmorDefault == "":
+		info.Note = "no apparmor_parser: containers that ask RuntimeDefault or nothing run unconfined"
+	default:
+		info.Note = "containers that ask RuntimeDefault or nothing run under the default profile, privileged ones unconfined"
+	}
+	b, _ := json.Marshal(info)
+	return string(b)
 }

@@ -350,19 +350,9 @@ func nodeInfo(featureBins map[string]string) container.NodeInfo {
 	} else if _, err := os.Stat("/sys/fs/cgroup/hugetlb"); err == nil {
 		hugetlb = true
 	}
+	aa, aaDefault := appArmorNode()
 	return container.NodeInfo{Capabilities: caps, UnifiedCgroups: unified, HugetlbController: hugetlb,
-		AppArmor: appArmorEnabled(os.ReadFile), Handlers: runtimeFeatures(context.Background(), featureBins)}
-}
-
-// appArmorEnabled is runc's test (libcontainer/apparmor.IsEnabled): the kernel
-// enforces AppArmor. shimd loads no profile itself, so unlike containerd it needs no
-// apparmor_parser: a Localhost profile is one the node loaded.
-func appArmorEnabled(read func(string) ([]byte, error)) bool {
-	if os.Getenv("container") != "" {
-		return false // in a container, the host's AppArmor is not ours to use
-	}
-	buf, err := read("/sys/module/apparmor/parameters/enabled")
-	return err == nil && len(buf) > 0 && buf[0] == 'Y'
+		AppArmor: aa, AppArmorDefault: aaDefault, Handlers: runtimeFeatures(context.Background(), featureBins)}
 }
 
 // recoverUntilDone runs the recovery steps (images, sandboxes, then containers),

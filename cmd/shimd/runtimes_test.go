@@ -84,18 +84,3 @@ func TestHandlerRuntime(t *testing.T) {
 		require.Equal(t, "", featuresBinary(rc, rt))
 	})
 }
-
-func TestAppArmorEnabled(t *testing.T) {
-	t.Setenv("container", "")
-	for content, want := range map[string]bool{"Y\n": true, "N\n": false, "": false} {
-		read := func(p string) ([]byte, error) {
-			require.Equal(t, "/sys/module/apparmor/parameters/enabled", p)
-			return []byte(content), nil
-		}
-		require.Equal(t, want, appArmorEnabled(read), "enabled=%q", content)
-	}
-	missing := func(string) ([]byte, error) { return nil, os.ErrNotExist }
-	require.False(t, appArmorEnabled(missing), "no AppArmor module")
-	t.Setenv("container", "docker")
-	require.False(t, appArmorEnabled(func(string) ([]byte, error) { return []byte("Y"), nil }), "in a container")
-}

@@ -25,7 +25,11 @@ type pod struct {
 
 // newPod runs a pod whose cgroup parent is a burstable pod's, spelled as the
 // kubelet spells it for the guest's cgroup driver.
-func newPod(t *testing.T, name string) *pod {
+func newPod(t *testing.T, name string) *pod { return newPodLinux(t, name, "") }
+
+// newPodLinux is newPod with more fields of the pod's linux config (JSON, each
+// preceded by a comma).
+func newPodLinux(t *testing.T, name, linux string) *pod {
 	uid := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
 	// The kubelet's systemd slice name of the pod: '-' in the UID escaped to '_'.
 	parent := "kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"
@@ -33,7 +37,7 @@ func newPod(t *testing.T, name string) *pod {
 		parent = "/kubepods/burstable/pod" + uid
 	}
 	cfg := file(t, "pod-"+uid+".json", fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"cgroupv2","uid":%q},
-		"log_directory":"/var/log/pods/%s","linux":{"cgroup_parent":%q}}`, name, uid, uid, parent))
+		"log_directory":"/var/log/pods/%s","linux":{"cgroup_parent":%q%s}}`, name, uid, uid, parent, linux))
 	p := &pod{t: t, config: cfg}
 	p.id = sh(t, "crictl runp "+cfg)
 	t.Cleanup(func() {

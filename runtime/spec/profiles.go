@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/containerd/containerd/v2/contrib/apparmor"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
@@ -74,6 +75,16 @@ func AppArmorLocalhostName(sc *runtimeapi.LinuxContainerSecurityContext) string 
 	return strings.TrimPrefix(sp.GetLocalhostRef(), profileLocalhost)
 }
 
+// AppArmorUsesDefault tells whether a container of sc runs under the runtime's
+// default AppArmor profile (Input.AppArmorDefault) where the node has one: it asks
+// RuntimeDefault or nothing and is not privileged. The container manager makes sure
+// the profile is loaded before it builds such a spec.
+func AppArmorUsesDefault(sc *runtimeapi.LinuxContainerSecurityContext) bool {
+	sp, err := securityProfile(sc.GetApparmor(), sc.GetApparmorProfile(), secField+".apparmor")
+	return err == nil && !sc.GetPrivileged() &&
+		(sp == nil || sp.GetProfileType() == runtimeapi.SecurityProfile_RuntimeDefault)
+}
+
 // seccompOpt: RuntimeDefault is containerd's default profile (computed from the
 // capabilities, so it runs after them), Localhost the caller's JSON, Unconfined and
 // nothing asked mean no seccomp (containerd's default), as does privileged.
@@ -100,10 +111,17 @@ func seccompOpt(in Input) (oci.SpecOpts, error) {
 	return optFunc(func(s *specs.Spec) { s.Linux.Seccomp = &profile }), nil
 }
 
-// apparmorOpt: without AppArmor in the kernel, RuntimeDefault and Unconfined run
-// unconfined and a Localhost profile is NotImplemented (the node cannot do it; the
-// request is not malformed). With AppArmor, a Localhost profile is set by name;
-// RuntimeDefault sets nothing, as shimd loads no default profile of its own.
+// apparmorOpt, as containerd's CRI plugin (sputil.GenerateApparmorSpecOpts):
+//
+//	asked                   AppArmor on the node           no AppArmor
+//	nothing, RuntimeDefault the default profile, if any;   unconfined
+//	                        privileged: unconfined
+//	Unconfined              unconfined                     unconfined
+//	Localhost               that profile (privileged too)  NotImplemented
+//
+// Nothing asked counts as RuntimeDefault (kubernetes#51746): most pods ask nothing.
+// The default profile is Input.AppArmorDefault, loaded by the caller; "" leaves
+// those containers unconfined (a node without apparmor_parser, as containerd).
 func apparmorOpt(in Input) (oci.SpecOpts, error) {
 	const field = secField + ".apparmor"
 	sc := in.Config.GetLinux().GetSecurityContext()
@@ -112,12 +130,15 @@ func apparmorOpt(in Input) (oci.SpecOpts, error) {
 		return nil, err
 	}
 	name := ""
-	if sp.GetProfileType() == runtimeapi.SecurityProfile_Localhost {
+	switch {
+	case sp.GetProfileType() == runtimeapi.SecurityProfile_Localhost:
 		if !in.AppArmorEnabled {
 			return nil, fmt.Errorf("%s: Localhost profile %q: AppArmor is not enabled on this node: %w",
 				field, sp.GetLocalhostRef(), errdefs.ErrNotImplemented)
 		}
 		name = strings.TrimPrefix(sp.GetLocalhostRef(), profileLocalhost)
+	case in.AppArmorEnabled && AppArmorUsesDefault(sc):
+		name = in.AppArmorDefault
 	}
-	return optFunc(func(s *specs.Spec) { s.Process.ApparmorProfile = name }), nil
+	return apparmor.WithProfile(name), nil
 }

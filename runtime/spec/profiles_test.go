@@ -116,25 +116,78 @@ func TestSeccompLocalhostPath(t *testing.T) {
 
 func TestContainerAppArmor(t *testing.T) {
 	deprecated := func(p string) func(*Input) { return func(in *Input) { sc(in).ApparmorProfile = p } }
+	// enabled: the kernel enforces AppArmor, but shimd has no default profile (no
+	// apparmor_parser); withDefault: it has one, shimd-default.
 	enabled := func(f func(*Input)) func(*Input) { return func(in *Input) { f(in); in.AppArmorEnabled = true } }
+	withDefault := func(f func(*Input)) func(*Input) {
+		return func(in *Input) { f(in); in.AppArmorEnabled = true; in.AppArmorDefault = "shimd-default" }
+	}
+	// noKernel: a default name given where the kernel has no AppArmor is ignored.
+	noKernel := func(f func(*Input)) func(*Input) {
+		return func(in *Input) { f(in); in.AppArmorDefault = "shimd-default" }
+	}
+	nothing := func(*Input) {}
+	privilegedTo := func(f func(*Input)) func(*Input) { return func(in *Input) { f(in); privileged(in) } }
 	none := func(t *testing.T, s *specs.Spec) { require.Empty(t, s.Process.ApparmorProfile) }
+	profile := func(name string) func(*testing.T, *specs.Spec) {
+		return func(t *testing.T, s *specs.Spec) { require.Equal(t, name, s.Process.ApparmorProfile) }
+	}
+	runtimeDefault := apparmorProfile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+	unconfined := apparmorProfile(runtimeapi.SecurityProfile_Unconfined, "")
+	localhost := apparmorProfile(runtimeapi.SecurityProfile_Localhost, "localhost/my-profile")
 	runCases(t, []testCase{
-		{name: "nothing asked", check: none},
-		{name: "disabled: RuntimeDefault runs without a profile", mutate: apparmorProfile(runtimeapi.SecurityProfile_RuntimeDefault, ""), check: none},
-		{name: "disabled: Unconfined", mutate: apparmorProfile(runtimeapi.SecurityProfile_Unconfined, ""), check: none},
+		{name: "disabled: nothing asked", check: none},
+		{name: "disabled: RuntimeDefault runs without a profile", mutate: runtimeDefault, check: none},
+		{name: "disabled: Unconfined", mutate: unconfined, check: none},
 		{name: "disabled: Localhost is not implemented", mutate: apparmorProfile(runtimeapi.SecurityProfile_Localhost, "my-profile"),
 			wantErr: errdefs.ErrNotImplemented},
 		{name: "disabled: deprecated localhost/ is not implemented", mutate: deprecated("localhost/my-profile"),
 			wantErr: errdefs.ErrNotImplemented},
 		{name: "disabled: deprecated runtime/default", mutate: deprecated("runtime/default"), check: none},
 		{name: "disabled: deprecated unconfined", mutate: deprecated("unconfined"), check: none},
+		{name: "disabled, a default named: nothing asked", mutate: noKernel(nothing), check: none},
+		{name: "disabled, a default named: RuntimeDefault", mutate: noKernel(runtimeDefault), check: none},
 		{name: "deprecated unknown", mutate: deprecated("my-profile"), wantErr: errdefs.ErrInvalidArgument},
 		{name: "Unconfined with a ref", mutate: apparmorProfile(runtimeapi.SecurityProfile_Unconfined, "x"),
 			wantErr: errdefs.ErrInvalidArgument},
 		{name: "Localhost without ref", mutate: enabled(apparmorProfile(runtimeapi.SecurityProfile_Localhost, "")),
 			wantErr: errdefs.ErrInvalidArgument},
-		{name: "enabled: Localhost sets the profile", mutate: enabled(apparmorProfile(runtimeapi.SecurityProfile_Localhost, "localhost/my-profile")),
-			check: func(t *testing.T, s *specs.Spec) { require.Equal(t, "my-profile", s.Process.ApparmorProfile) }},
-		{name: "enabled: RuntimeDefault sets none", mutate: enabled(apparmorProfile(runtimeapi.SecurityProfile_RuntimeDefault, "")), check: none},
+		{name: "enabled: Localhost sets the profile", mutate: enabled(localhost), check: profile("my-profile")},
+		{name: "enabled, no default: RuntimeDefault sets none", mutate: enabled(runtimeDefault), check: none},
+		{name: "enabled, no default: nothing asked sets none", mutate: enabled(nothing), check: none},
+		{name: "default: nothing asked gets it", mutate: withDefault(nothing), check: profile("shimd-default")},
+		{name: "default: RuntimeDefault gets it", mutate: withDefault(runtimeDefault), check: profile("shimd-default")},
+		{name: "default: deprecated runtime/default gets it", mutate: withDefault(deprecated("runtime/default")), check: profile("shimd-default")},
+		{name: "default: deprecated docker/default gets it", mutate: withDefault(deprecated("docker/default")), check: profile("shimd-default")},
+		{name: "default: Unconfined", mutate: withDefault(unconfined), check: none},
+		{name: "default: deprecated unconfined", mutate: withDefault(deprecated("unconfined")), check: none},
+		{name: "default: Localhost", mutate: withDefault(localhost), check: profile("my-profile")},
+		{name: "default: privileged, nothing asked", mutate: withDefault(privilegedTo(nothing)), check: none},
+		{name: "default: privileged, RuntimeDefault", mutate: withDefault(privilegedTo(runtimeDefault)), check: none},
+		{name: "default: privileged, Localhost keeps it", mutate: withDefault(privilegedTo(localhost)), check: profile("my-profile")},
+		{name: "default: bad profile", mutate: withDefault(deprecated("my-profile")), wantErr: errdefs.ErrInvalidArgument},
 	})
+}
+
+func TestAppArmorUsesDefault(t *testing.T) {
+	tests := []struct {
+		name string
+		sc   *runtimeapi.LinuxContainerSecurityContext
+		want bool
+	}{
+		{name: "no security context", want: true},
+		{name: "nothing asked", sc: &runtimeapi.LinuxContainerSecurityContext{}, want: true},
+		{name: "RuntimeDefault", sc: &runtimeapi.LinuxContainerSecurityContext{
+			Apparmor: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}}, want: true},
+		{name: "deprecated runtime/default", sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "runtime/default"}, want: true},
+		{name: "privileged", sc: &runtimeapi.LinuxContainerSecurityContext{Privileged: true}},
+		{name: "Unconfined", sc: &runtimeapi.LinuxContainerSecurityContext{
+			Apparmor: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}}},
+		{name: "Localhost", sc: &runtimeapi.LinuxContainerSecurityContext{
+			Apparmor: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "p"}}},
+		{name: "invalid", sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "bogus"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, AppArmorUsesDefault(tc.sc)) })
+	}
 }

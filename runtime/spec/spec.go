@@ -93,6 +93,11 @@ type Input struct {
 	// AppArmorEnabled: false when the kernel has no AppArmor; a Localhost profile is
 	// then an error, RuntimeDefault and Unconfined run without a profile.
 	AppArmorEnabled bool
+	// AppArmorDefault is the runtime's default AppArmor profile, loaded on the node by
+	// the caller, for containers that ask RuntimeDefault or nothing and are not
+	// privileged (see AppArmorUsesDefault); "" = none: they run unconfined. Used only
+	// with AppArmorEnabled.
+	AppArmorDefault string
 
 	// AllCapabilities is what "privileged" and an added "ALL" grant: the capabilities
 	// shimd itself holds (cap.Current() read once at start-up), as containerd does. Empty
