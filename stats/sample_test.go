@@ -79,7 +79,7 @@ func TestSampleToCRI(t *testing.T) {
 			name: "v2 with swap.max 0 (the kubelet's NoSwap) and no limit on pids",
 			tm: taskMetrics{at: at, swapFile: true, data: &v2.Metrics{CPU: &v2.CPUStat{UsageUsec: 5},
 				Memory: &v2.MemoryStat{Usage: 1000, InactiveFile: 100, Anon: 300, Pgfault: 7, Pgmajfault: 1, UsageLimit: 1<<64 - 1},
-				Pids: &v2.PidsStat{Current: 2}}},
+				Pids:   &v2.PidsStat{Current: 2}}},
 			wantSwap: &runtimeapi.SwapUsage{Timestamp: ts, SwapUsageBytes: &runtimeapi.UInt64Value{Value: 0},
 				SwapAvailableBytes: &runtimeapi.UInt64Value{Value: 0}},
 			tasks: u64(2),
