@@ -27,8 +27,10 @@ const (
 	// containerd's is over its last second, shimd's over its window of >= 1 s; the
 	// host's other load may slow either loop).
 	rateTolerance = 100e6
-	// minBusyRate: a busy loop limited to a quarter core runs at least a tenth of one.
-	minBusyRate = 100e6
+	// minBusyRate: a busy loop limited to a quarter core runs at least a twentieth of
+	// one, even on a host busy with other work (seen: 0.13 core at a load of 12 on 2
+	// cores).
+	minBusyRate = 50e6
 	// hogBytes is what the memory hog writes to the pod's /dev/shm (shared memory,
 	// charged to the pod's cgroup, in its working set), under the 64 MiB both
 	// runtimes give /dev/shm.
