@@ -4,8 +4,9 @@
 // up to about 10 s) and network counters (the pause process's /proc, else read in the
 // pod's network namespace), converted to CRI ContainerStats, PodSandboxStats and
 // cAdvisor-named metrics, with the pressure (PSI) it reads from the cgroup2 hierarchy
-// where containerd's metrics lack it (cgroupfs.go). It keeps only the last CPU sample
-// per task, to give usage_nano_cores.
+// where containerd's metrics lack it (cgroupfs.go). A pod's CPU and memory are its
+// cgroup's (podgroup.go). It keeps a few CPU samples per container and pod, to give
+// usage_nano_cores over at least a second (rate.go).
 package stats
 
 import (
@@ -55,6 +56,9 @@ type Options struct {
 	// Handlers are the runtime handlers: a pod's tells whether its cgroups are the
 	// host kernel's.
 	Handlers pod.Handlers
+	// CgroupDriver is shimd's ("cgroupfs" or "systemd"): how a pod's cgroup parent
+	// names its cgroup (podgroup.go).
+	CgroupDriver string
 }
 
 // Collector samples pods and containers. It is safe for concurrent use.

@@ -26,7 +26,7 @@ import (
 //	    (total_inactive_file, total_rss, total_pgfault, total_pgmajfault),
 //	    memory.memsw.usage_in_bytes and memory.memsw.limit_in_bytes where swap is
 //	    accounted; pids.current
-//	v2: cpu.stat (usage_usec); memory.current, memory.stat (inactive_file, anon,
+//	v2: cpu.stat (usage_usec); memory.current, memory.max, memory.stat (inactive_file, anon,
 //	    pgfault, pgmajfault), memory.swap.current and memory.swap.max where swap is
 //	    accounted; pids.current; cpu, memory and io pressure
 //
@@ -126,6 +126,7 @@ func readDirect(d cgroupDirs) (any, time.Time, error) {
 		m := &v2.Metrics{CPU: &v2.CPUStat{}, Memory: &v2.MemoryStat{}}
 		r.keyed(d.unified, "cpu.stat", keyDst{"usage_usec", &m.CPU.UsageUsec})
 		m.Memory.Usage = r.uint(d.unified, "memory.current")
+		m.Memory.UsageLimit = r.uint(d.unified, "memory.max")
 		r.keyed(d.unified, "memory.stat",
 			keyDst{"inactive_file", &m.Memory.InactiveFile}, keyDst{"anon", &m.Memory.Anon},
 			keyDst{"pgfault", &m.Memory.Pgfault}, keyDst{"pgmajfault", &m.Memory.Pgmajfault})

@@ -79,7 +79,7 @@ func v2Group(t testing.TB) (hostFS, cgroupDirs, string) {
 	require.Equal(t, cgroupDirs{unified: dir}, d)
 	psi := "some avg10=1.50 avg60=0.00 avg300=0.00 total=2000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1000\n"
 	writeFiles(t, dir, map[string]string{
-		"cpu.stat": "usage_usec 5000\nuser_usec 3000\nsystem_usec 2000\n", "memory.current": "4194304\n",
+		"cpu.stat": "usage_usec 5000\nuser_usec 3000\nsystem_usec 2000\n", "memory.current": "4194304\n", "memory.max": "max\n",
 		"memory.stat":         "anon 1024\nfile 2048\ninactive_file 512\npgfault 9\npgmajfault 1\n",
 		"memory.swap.current": "0\n", "memory.swap.max": "max\n", "pids.current": "3\n",
 		"cpu.pressure": psi, "memory.pressure": psi, "io.pressure": psi,
@@ -99,6 +99,7 @@ func TestDirectV2(t *testing.T) {
 	require.EqualValues(t, 512, m.Memory.InactiveFile)
 	require.EqualValues(t, 1024, m.Memory.Anon)
 	require.EqualValues(t, uint64(math.MaxUint64), m.Memory.SwapLimit)
+	require.EqualValues(t, uint64(math.MaxUint64), m.Memory.UsageLimit)
 	require.EqualValues(t, 3, m.Pids.Current)
 	require.EqualValues(t, 2000, m.CPU.PSI.Some.Total)
 	require.NotNil(t, m.Io.PSI)
@@ -106,6 +107,7 @@ func TestDirectV2(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 5000*1000, smp.cpuNanos)
 	require.EqualValues(t, 4194304-512, smp.memWS)
+	require.Zero(t, availableBytes(smp), "no memory limit")
 	require.NotNil(t, smp.swap)
 	require.False(t, smp.swap.limited, "swap.max is max")
 	require.NotNil(t, smp.psi.io)

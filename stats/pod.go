@@ -10,39 +10,60 @@ import (
 	"github.com/shimd/shimd/pod"
 )
 
-// PodStats samples a pod: its own task, its containers and its network. CPU, memory
-// and the process count add up the pause task's and the running containers' cgroups;
-// pressure is the pod cgroup's own (PSI does not add up), when the pod has a cgroup
-// parent.
+// PodStats samples a pod: its cgroup, its containers and its network. CPU and
+// memory are the pod cgroup's (podgroup.go), else the sum of the pause task's and
+// the running containers' cgroups; the process count is the running containers'
+// (pids.current: processes and threads), the pause process left out, as containerd's
+// CRI plugin counts; pressure is the pod cgroup's (PSI does not add up).
 func (s *Collector) PodStats(ctx context.Context, sb pod.Pod) *runtimeapi.PodSandboxStats {
 	return s.podStats(ctx, nil, sb, s.opts.Containers.StatsOf(sb.ID))
 }
 
 // podStats is PodStats of the pod's containers cs, with the pass's metrics if any.
-// Each running container's sample serves its own stats and the pod's sum.
+// Each running container's sample serves its own stats and, without a pod cgroup,
+// the pod's sum.
 func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs []Container) *runtimeapi.PodSandboxStats {
 	now := time.Now()
 	linux := &runtimeapi.LinuxPodSandboxStats{}
+	podSmp, podErr := s.podCgroupSample(sb)
 	total := cgroupSample{at: now}
 	var groups []string
 	// A pause-less pod has no task of its own: asking for one would only fetch every
 	// task's metrics from containerd (the pass's one call) to find none.
-	if !sb.Pauseless {
+	if podErr != nil && !sb.Pauseless {
 		if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.opts.Handlers.KernelCgroups(sb.RuntimeHandler)); err == nil {
 			addSample(&total, smp)
+			if total.tasks != nil {
+				*total.tasks = 0 // the pause process is not counted; 0 is known
+			}
 			groups = append(groups, smp.group)
 		}
 	}
+	var ctrRates uint64 // the running containers' usage_nano_cores
 	for _, c := range cs {
 		st, smp := s.containerStats(ctx, p, c)
 		linux.Containers = append(linux.Containers, st)
 		if smp != nil {
 			addSample(&total, *smp)
+			ctrRates += smp.rate
 			groups = append(groups, smp.group)
 		}
 	}
-	total.psi = s.podPSI(sb, groups...)
-	linux.Cpu, linux.Memory = s.cpuMem("pod:"+sb.ID, total)
+	if podErr == nil {
+		if total.tasks == nil && podSmp.tasks != nil {
+			*podSmp.tasks = 0 // no container runs: 0 processes are known
+		} else {
+			podSmp.tasks = total.tasks
+		}
+		total = podSmp
+	} else {
+		total.psi = s.podPSI(sb, groups...)
+	}
+	rate, ok := s.rates.rate("pod:"+sb.ID, cpuPoint{at: total.at, nanos: total.cpuNanos}, cpuPoint{})
+	if !ok {
+		rate = ctrRates // no point a window old yet: the containers' own windows
+	}
+	linux.Cpu, linux.Memory = cpuMem(total, rate)
 	linux.Io = ioUsage(total)
 	linux.Process = &runtimeapi.ProcessUsage{Timestamp: now.UnixNano()}
 	if total.tasks != nil {

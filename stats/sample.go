@@ -3,7 +3,6 @@ package stats
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
@@ -43,9 +42,11 @@ func (tm taskMetrics) pressure() psiSet {
 
 // cgroupSample is what the CRI stats take of one task's cgroup (v1 or v2).
 type cgroupSample struct {
-	at                 time.Time
-	cpuNanos           uint64
-	memUsage, memWS    uint64
+	at              time.Time
+	cpuNanos        uint64
+	memUsage, memWS uint64
+	// memLimit is the memory limit (0 or past unlimited: none).
+	memLimit           uint64
 	memRSS, pageFaults uint64
 	majorPageFaults    uint64
 	psi                psiSet
@@ -54,6 +55,8 @@ type cgroupSample struct {
 	// tasks is pids.current: processes and threads (nil without a pids controller).
 	tasks *uint64
 	group string
+	// rate is the container's usage_nano_cores, once computed (rate.go).
+	rate uint64
 }
 
 // swapSample is a cgroup's swap use and, when it has one, its swap limit.
@@ -67,33 +70,6 @@ type swapSample struct {
 // kernel rounds "max" down to a page multiple near 2^63), as cAdvisor and containerd
 // take it.
 const unlimited = uint64(1) << 62
-
-// cpuRates remembers the last CPU sample per task, so usage_nano_cores can be given.
-type cpuRates struct {
-	mu   sync.Mutex
-	last map[string]cgroupSample
-}
-
-// rate returns nano cores used since the previous sample of id (0 on the first).
-func (r *cpuRates) rate(id string, s cgroupSample) uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		r.last = map[string]cgroupSample{}
-	}
-	prev, ok := r.last[id]
-	r.last[id] = cgroupSample{at: s.at, cpuNanos: s.cpuNanos}
-	if !ok || !s.at.After(prev.at) || s.cpuNanos < prev.cpuNanos {
-		return 0
-	}
-	return uint64(float64(s.cpuNanos-prev.cpuNanos) / float64(s.at.Sub(prev.at).Nanoseconds()) * 1e9)
-}
-
-func (r *cpuRates) forget(id string) {
-	r.mu.Lock()
-	delete(r.last, id)
-	r.mu.Unlock()
-}
 
 // WorkingSet is the memory a task holds and cannot give back (usage less inactive
 // file pages).
@@ -158,6 +134,7 @@ func sampleOf(tm taskMetrics) (cgroupSample, error) {
 		mem := d.GetMemory()
 		out.memUsage = mem.GetUsage().GetUsage()
 		out.memWS = workingSet(out.memUsage, mem.GetTotalInactiveFile())
+		out.memLimit = mem.GetUsage().GetLimit()
 		out.memRSS, out.pageFaults, out.majorPageFaults = mem.GetTotalRSS(), mem.GetTotalPgFault(), mem.GetTotalPgMajFault()
 		if sw := mem.GetSwap(); sw.GetLimit() > 0 {
 			out.swap = &swapSample{}
@@ -176,6 +153,7 @@ func sampleOf(tm taskMetrics) (cgroupSample, error) {
 		mem := d.GetMemory()
 		out.memUsage = mem.GetUsage()
 		out.memWS = workingSet(out.memUsage, mem.GetInactiveFile())
+		out.memLimit = mem.GetUsageLimit()
 		out.memRSS, out.pageFaults, out.majorPageFaults = mem.GetAnon(), mem.GetPgfault(), mem.GetPgmajfault()
 		if tm.swapFile || mem.GetSwapUsage() > 0 || mem.GetSwapLimit() > 0 {
 			out.swap = &swapSample{usage: mem.GetSwapUsage(), limit: mem.GetSwapLimit(), limited: mem.GetSwapLimit() < unlimited}
@@ -205,23 +183,34 @@ func criPSI(p *v2.PSIStats) *runtimeapi.PsiStats {
 	return &runtimeapi.PsiStats{Full: conv(p.Full), Some: conv(p.Some)}
 }
 
-// cpuMem converts a sample to the CRI's CPU and memory usage, with their pressure.
-func (s *Collector) cpuMem(id string, smp cgroupSample) (*runtimeapi.CpuUsage, *runtimeapi.MemoryUsage) {
+// cpuMem converts a sample to the CRI's CPU and memory usage, with their pressure;
+// nanoCores is its usage_nano_cores (rate.go).
+func cpuMem(smp cgroupSample, nanoCores uint64) (*runtimeapi.CpuUsage, *runtimeapi.MemoryUsage) {
 	ts := smp.at.UnixNano()
 	return &runtimeapi.CpuUsage{
 			Timestamp:            ts,
 			UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: smp.cpuNanos},
-			UsageNanoCores:       &runtimeapi.UInt64Value{Value: s.rates.rate(id, smp)},
+			UsageNanoCores:       &runtimeapi.UInt64Value{Value: nanoCores},
 			Psi:                  criPSI(smp.psi.cpu),
 		}, &runtimeapi.MemoryUsage{
 			Timestamp:       ts,
 			WorkingSetBytes: &runtimeapi.UInt64Value{Value: smp.memWS},
+			AvailableBytes:  &runtimeapi.UInt64Value{Value: availableBytes(smp)},
 			UsageBytes:      &runtimeapi.UInt64Value{Value: smp.memUsage},
 			RssBytes:        &runtimeapi.UInt64Value{Value: smp.memRSS},
 			PageFaults:      &runtimeapi.UInt64Value{Value: smp.pageFaults},
 			MajorPageFaults: &runtimeapi.UInt64Value{Value: smp.majorPageFaults},
 			Psi:             criPSI(smp.psi.memory),
 		}
+}
+
+// availableBytes is the memory limit less the working set, 0 without a limit (as
+// containerd's CRI plugin and the kubelet take it).
+func availableBytes(smp cgroupSample) uint64 {
+	if smp.memLimit == 0 || smp.memLimit > unlimited || smp.memLimit < smp.memWS {
+		return 0
+	}
+	return smp.memLimit - smp.memWS
 }
 
 // ioUsage is the CRI's IO usage: only pressure, so nil without it (as containerd).
@@ -266,7 +255,14 @@ func (s *Collector) containerStats(ctx context.Context, p *metricsPass, c Contai
 	var sampled *cgroupSample
 	if c.Running {
 		if smp, err := s.sample(ctx, p, c.ID, c.Pid, c.KernelCgroups); err == nil {
-			out.Cpu, out.Memory = s.cpuMem(c.ID, smp)
+			// The container's cgroup is new at its start: its CPU time is about 0 then.
+			var start cpuPoint
+			if c.StartedAt > 0 {
+				start.at = time.Unix(0, c.StartedAt)
+			}
+			rate, _ := s.rates.rate(c.ID, cpuPoint{at: smp.at, nanos: smp.cpuNanos}, start)
+			smp.rate = rate
+			out.Cpu, out.Memory = cpuMem(smp, rate)
 			out.Io, out.Swap = ioUsage(smp), swapUsage(smp)
 			sampled = &smp
 		}

@@ -36,6 +36,8 @@ func TestSampleToCRI(t *testing.T) {
 		wantIO   *runtimeapi.IoUsage
 		wantSwap *runtimeapi.SwapUsage
 		tasks    *uint64
+		// wantAvail is the limit less the working set (900), 0 without a limit.
+		wantAvail uint64
 	}{
 		{
 			name: "v1 hybrid: PSI from the unified hierarchy, memsw with a limit, pids",
@@ -46,36 +48,38 @@ func TestSampleToCRI(t *testing.T) {
 			wantIO: &runtimeapi.IoUsage{Timestamp: ts, Psi: criPSIWant},
 			wantSwap: &runtimeapi.SwapUsage{Timestamp: ts, SwapUsageBytes: &runtimeapi.UInt64Value{Value: 500},
 				SwapAvailableBytes: &runtimeapi.UInt64Value{Value: 1548}},
-			tasks: u64(4),
+			tasks: u64(4), wantAvail: 4096 - 900,
 		},
 		{
 			name: "v1 without the unified hierarchy: no PSI; memsw without a limit",
 			tm: taskMetrics{at: at, data: &v1.Metrics{CPU: &v1.CPUStat{Usage: &v1.CPUUsage{Total: 5000}},
 				Memory: v1Mem(&v1.MemoryEntry{Usage: 1000, Limit: 9223372036854771712}), Pids: &v1.PidsStat{Current: 1}}},
 			wantSwap: &runtimeapi.SwapUsage{Timestamp: ts, SwapUsageBytes: &runtimeapi.UInt64Value{Value: 0}},
-			tasks:    u64(1),
+			tasks:    u64(1), wantAvail: 4096 - 900,
 		},
 		{
 			name: "v1 without swap accounting or pids controller",
 			tm: taskMetrics{at: at, data: &v1.Metrics{CPU: &v1.CPUStat{Usage: &v1.CPUUsage{Total: 5000}},
 				Memory: v1Mem(&v1.MemoryEntry{})}},
+			wantAvail: 4096 - 900,
 		},
 		{
 			name: "v2: PSI, swap and pids from the shim",
 			tm: taskMetrics{at: at, swapFile: true, data: &v2.Metrics{CPU: &v2.CPUStat{UsageUsec: 5, PSI: kernelPSI},
-				Memory: &v2.MemoryStat{Usage: 1000, InactiveFile: 100, Anon: 300, Pgfault: 7, Pgmajfault: 1,
+				Memory: &v2.MemoryStat{Usage: 1000, InactiveFile: 100, Anon: 300, Pgfault: 7, Pgmajfault: 1, UsageLimit: 2000,
 					SwapUsage: 64, SwapLimit: 1 << 20, PSI: kernelPSI},
 				Io: &v2.IOStat{PSI: kernelPSI}, Pids: &v2.PidsStat{Current: 4, Limit: 1<<64 - 1}}},
 			wantCPU: criPSIWant, wantMem: criPSIWant,
 			wantIO: &runtimeapi.IoUsage{Timestamp: ts, Psi: criPSIWant},
 			wantSwap: &runtimeapi.SwapUsage{Timestamp: ts, SwapUsageBytes: &runtimeapi.UInt64Value{Value: 64},
 				SwapAvailableBytes: &runtimeapi.UInt64Value{Value: 1<<20 - 64}},
-			tasks: u64(4),
+			tasks: u64(4), wantAvail: 2000 - 900,
 		},
 		{
 			name: "v2 with swap.max 0 (the kubelet's NoSwap) and no limit on pids",
 			tm: taskMetrics{at: at, swapFile: true, data: &v2.Metrics{CPU: &v2.CPUStat{UsageUsec: 5},
-				Memory: &v2.MemoryStat{Usage: 1000, InactiveFile: 100, Anon: 300, Pgfault: 7, Pgmajfault: 1}, Pids: &v2.PidsStat{Current: 2}}},
+				Memory: &v2.MemoryStat{Usage: 1000, InactiveFile: 100, Anon: 300, Pgfault: 7, Pgmajfault: 1, UsageLimit: 1<<64 - 1},
+				Pids:   &v2.PidsStat{Current: 2}}},
 			wantSwap: &runtimeapi.SwapUsage{Timestamp: ts, SwapUsageBytes: &runtimeapi.UInt64Value{Value: 0},
 				SwapAvailableBytes: &runtimeapi.UInt64Value{Value: 0}},
 			tasks: u64(2),
@@ -91,12 +95,12 @@ func TestSampleToCRI(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			smp, err := sampleOf(tt.tm)
 			require.NoError(t, err)
-			cpu, mem := (&Collector{}).cpuMem("id", smp)
+			cpu, mem := cpuMem(smp, 0)
 			require.Equal(t, ts, cpu.Timestamp)
 			require.Equal(t, uint64(5000), cpu.UsageCoreNanoSeconds.GetValue())
 			require.Equal(t, tt.wantCPU, cpu.Psi)
 			require.Equal(t, &runtimeapi.MemoryUsage{Timestamp: ts,
-				WorkingSetBytes: &runtimeapi.UInt64Value{Value: 900}, UsageBytes: &runtimeapi.UInt64Value{Value: 1000},
+				WorkingSetBytes: &runtimeapi.UInt64Value{Value: 900}, AvailableBytes: &runtimeapi.UInt64Value{Value: tt.wantAvail}, UsageBytes: &runtimeapi.UInt64Value{Value: 1000},
 				RssBytes: &runtimeapi.UInt64Value{Value: 300}, PageFaults: &runtimeapi.UInt64Value{Value: 7},
 				MajorPageFaults: &runtimeapi.UInt64Value{Value: 1}, Psi: tt.wantMem}, mem)
 			require.Equal(t, tt.wantIO, ioUsage(smp))

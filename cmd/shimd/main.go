@@ -306,7 +306,9 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
 		Cleanups: cleanups,
 	})
-	collector := stats.New(stats.Options{Client: cl, Containers: containers, Images: images, Handlers: handlerSet})
+	collector := stats.New(stats.Options{
+		Client: cl, Containers: containers, Images: images, Handlers: handlerSet, CgroupDriver: cfg.CgroupDriver,
+	})
 	rs := runtime.New(runtime.Options{
 		Containerd: cl, Sandboxes: sandboxes, Containers: containers, Stats: collector, Network: cni,
 		Handlers: handlerSet, Node: containers.Node(), HandlerNames: handlers,
