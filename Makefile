@@ -76,10 +76,11 @@ vm-stop:
 
 # shimd's tests inside that guest (critest/cgroupv2), each pass with its own boot: the
 # systemd cgroup driver with critest in the guest too, then cgroupfs. The smoke run
-# (in make check, about 9 minutes): limits, OOM, stats and a kubelet static pod with
-# the systemd driver.
+# (in make check, about 12 minutes): limits, OOM, stats, a kubelet static pod, the
+# AppArmor default profile and the stats beside containerd's CRI, with the systemd
+# driver.
 E2E_CGROUPV2_TIMEOUT ?= 150m
-SMOKE_CGROUPV2 := TestLimitsAsCgroupV2Files|TestOOMKillsTheWholeGroup|TestStatsOnCgroupV2|TestKubeletStaticPod
+SMOKE_CGROUPV2 := TestLimitsAsCgroupV2Files|TestOOMKillsTheWholeGroup|TestStatsOnCgroupV2|TestKubeletStaticPod|TestAppArmorRuntimeDefault|TestStatsMatchContainerdOnCgroupV2
 e2e-cgroupv2: tools
 	SHIMD_VM=1 SHIMD_VM_CRITEST=1 SHIMD_VM_CGROUP_DRIVER=systemd $(GO) test -tags integration -count=1 -timeout $(E2E_CGROUPV2_TIMEOUT) -v ./critest/cgroupv2/
 	SHIMD_VM=1 SHIMD_VM_CGROUP_DRIVER=cgroupfs $(GO) test -tags integration -count=1 -timeout $(E2E_CGROUPV2_TIMEOUT) -v ./critest/cgroupv2/
