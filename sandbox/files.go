@@ -43,6 +43,21 @@ func (l layout) hostnamePath(id string) string   { return filepath.Join(l.dir(id
 func (l layout) hostsPath(id string) string      { return filepath.Join(l.dir(id), "hosts") }
 func (l layout) resolvConfPath(id string) string { return filepath.Join(l.dir(id), "resolv.conf") }
 
+// prepare makes the pods' directory in the root dir, once before any pod starts
+// (Recover): other host users may traverse it but not list it (CVE-2021-41103), as a
+// container in a user namespace reads its pod's files as one. An older shimd made it
+// 0755.
+func (l layout) prepare() error {
+	pods := filepath.Join(l.root, "sandboxes")
+	if err := os.MkdirAll(pods, 0o711); err != nil {
+		return fmt.Errorf("create sandboxes dir: %w", err)
+	}
+	if err := os.Chmod(pods, 0o711); err != nil {
+		return fmt.Errorf("sandboxes dir: %w", err)
+	}
+	return nil
+}
+
 // writeFiles creates the pod's hostname, hosts and resolv.conf, and mounts its shm.
 func (l layout) writeFiles(sb *Sandbox) (_ func(), err error) {
 	undo := func() { l.removeFiles(sb.ID) }
@@ -52,14 +67,6 @@ func (l layout) writeFiles(sb *Sandbox) (_ func(), err error) {
 			undo()
 		}
 	}()
-	// The pods' directory may be traversed, not listed, by other host users: a
-	// container in a user namespace reads its pod's files as one (CVE-2021-41103).
-	if err := os.MkdirAll(filepath.Dir(l.dir(sb.ID)), 0o711); err != nil {
-		return nil, fmt.Errorf("create sandboxes dir: %w", err)
-	}
-	if err := os.Chmod(filepath.Dir(l.dir(sb.ID)), 0o711); err != nil { // 0755 from an older shimd
-		return nil, fmt.Errorf("create sandboxes dir: %w", err)
-	}
 	if err := os.MkdirAll(l.dir(sb.ID), 0o755); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}

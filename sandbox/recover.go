@@ -38,6 +38,9 @@ import (
 //
 // Recover must finish before any RPC is served.
 func (m *Manager) Recover(ctx context.Context) error {
+	if err := m.fs.prepare(); err != nil {
+		return err
+	}
 	list, err := m.opts.Client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", LabelKind, KindSandbox))
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
