@@ -234,7 +234,14 @@ func startCRI(b testing.TB, hosts string) (*harness.Env, runtimeapi.RuntimeServi
 
 // startCRIOn is startCRI, with the runsc handler in the CRI plugin if runsc.
 func startCRIOn(b testing.TB, hosts string, runsc bool) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
-	env := harness.New(b, harness.Options{NoShimd: true, Containerd: harness.ContainerdOptions{WithCRI: true, Runsc: runsc, RegistryConfigPath: hosts, LogLevel: benchLogLevel}})
+	return startCRIWith(b, hosts, harness.ContainerdOptions{Runsc: runsc})
+}
+
+// startCRIWith is startCRI with more of the containerd's options (the CRI plugin, the
+// registry hosts and the log level are set here).
+func startCRIWith(b testing.TB, hosts string, opts harness.ContainerdOptions) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	opts.WithCRI, opts.RegistryConfigPath, opts.LogLevel = true, hosts, benchLogLevel
+	env := harness.New(b, harness.Options{NoShimd: true, Containerd: opts})
 	conn, err := grpc.NewClient("unix://"+env.Containerd.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(b, err)
 	b.Cleanup(func() { conn.Close() })
@@ -348,15 +355,16 @@ func (tg *target) timed(b *testing.B, round int, op string, call func(context.Co
 // the p50s and their ratios as benchmark metrics.
 func report(b *testing.B, title string, ops []string, shimd, cd *target) {
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n%s (shimd: sandbox.pause = %s)\n", title, pauseMode())
-	fmt.Fprintf(&out, "%-22s %10s %10s %15s %15s  %s\n",
+	fmt.Fprintf(&out, "\n%s (shimd: sandbox.pause = %s; a percentile with too few samples to differ from the largest is given as \"max of N\")\n", title, pauseMode())
+	fmt.Fprintf(&out, "%-22s %20s %20s %20s %20s  %s\n",
 		"operation", "shimd p50", "shimd p90", "containerd p50", "containerd p90", "ratio p50 (shimd/containerd)")
 	b.ReportMetric(0, "ns/op") // the whole run's time per op means nothing here
 	for _, op := range ops {
-		s50, s90 := percentile(shimd.samples[op], 50), percentile(shimd.samples[op], 90)
-		c50, c90 := percentile(cd.samples[op], 50), percentile(cd.samples[op], 90)
+		s50, c50 := percentile(shimd.samples[op], 50), percentile(cd.samples[op], 50)
 		ratio := ms(s50) / ms(c50)
-		fmt.Fprintf(&out, "%-22s %8.1fms %8.1fms %13.1fms %13.1fms  %.2fx\n", op, ms(s50), ms(s90), ms(c50), ms(c90), ratio)
+		fmt.Fprintf(&out, "%-22s %20s %20s %20s %20s  %.2fx\n", op,
+			pctCell(shimd.samples[op], 50), pctCell(shimd.samples[op], 90),
+			pctCell(cd.samples[op], 50), pctCell(cd.samples[op], 90), ratio)
 		// A metric unit has no spaces: "burst start (wall)" -> "burst-start-wall".
 		short := strings.Join(strings.FieldsFunc(strings.ToLower(op), func(r rune) bool {
 			return !('a' <= r && r <= 'z' || '0' <= r && r <= '9')

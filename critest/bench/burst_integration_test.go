@@ -33,7 +33,8 @@ func envInt(name string, def int) int {
 // one-container pods at once, as the kubelet's pod workers do when a node gets many
 // pods, waits until all run, then tears them all down at once; BENCH_BURST_ROUNDS
 // (default 1) rounds per size and runtime, after one warm-up burst of the first size,
-// shimd and containerd's CRI alternating on the same containerd. Per pod: Run + Create
+// shimd and containerd's CRI alternating on the same containerd, each going first in
+// every other round. Per pod: Run + Create
 // + Start, and Stop + Remove; per burst: the wall time until the last pod ran / was
 // removed.
 func BenchmarkBurst(b *testing.B) {
@@ -58,7 +59,8 @@ func BenchmarkBurst(b *testing.B) {
 		debug := os.Getenv("BENCH_SHIMD_DEBUG")
 		probes := burstProbesFromEnv()
 		for round := first; round < burstRounds; round++ {
-			for _, tg := range []*target{p.shimd, p.cd} {
+			// The runtimes take turns going first, round after round.
+			for _, tg := range turns([]*target{p.shimd, p.cd}, round+1) {
 				timed := debug != "" && tg == p.shimd && round >= 0
 				var before, started map[string]callTimes
 				if timed {
@@ -94,7 +96,7 @@ func BenchmarkBurst(b *testing.B) {
 				}
 			}
 		}
-		report(b, fmt.Sprintf("burst: %d one-container pods started at once, then removed at once; %d rounds per runtime, alternating", n, burstRounds),
+		report(b, fmt.Sprintf("burst: %d one-container pods started at once, then removed at once; %d rounds per runtime, alternating, each first in turn", n, burstRounds),
 			[]string{"burst start (wall)", "pod start (per pod)", "burst teardown (wall)", "pod teardown (per pod)"}, p.shimd, p.cd)
 	}
 }

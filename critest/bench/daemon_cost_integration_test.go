@@ -89,17 +89,21 @@ type costSide struct {
 	address string
 }
 
-// newCostSides starts the two sides of BenchmarkDaemonCost and BenchmarkPolling, each
-// on a containerd and CNI network of its own, and pulls the benchmark busybox into
-// both: shimd + a containerd with its CRI plugin off, then a containerd with its CRI
-// plugin. The harness checks both for leaks at the end.
-func newCostSides(b *testing.B) []*costSide {
+// newCostSides starts the sides of BenchmarkDaemonCost and BenchmarkPolling, each on
+// a containerd and CNI network of its own, and pulls the benchmark busybox into all:
+// shimd + a containerd with its CRI plugin off, then a containerd with its CRI plugin
+// for each of criPeriods (its stats_collect_period; "" for the default, 1 s), named
+// "containerd" for the default and "containerd-<period>" otherwise. The harness checks
+// all for leaks at the end.
+func newCostSides(b *testing.B, criPeriods ...string) []*costSide {
 	if os.Geteuid() != 0 {
 		b.Skip("the benchmark needs root")
 	}
+	if len(criPeriods) == 0 {
+		criPeriods = []string{""}
+	}
 	contentionFromEnv(b)
 	hosts := registryHosts(b)
-	cdEnv, criRT, cdIS := startCRI(b, hosts)
 
 	shEnv := harness.New(b, harness.Options{Shimd: harness.ShimdOptions{
 		ExtraConfig: shimdExtraConfig(hosts),
@@ -113,14 +117,21 @@ func newCostSides(b *testing.B) []*costSide {
 			pids:    func() []int { return []int{shEnv.Shimd.PID(), shEnv.Containerd.PID()} },
 			own:     func() int { return shEnv.Shimd.PID() },
 			address: shEnv.Containerd.Address()},
-		{target: &target{name: "containerd", rt: criRT, is: cdIS, samples: map[string][]time.Duration{}},
-			pids:    func() []int { return []int{cdEnv.Containerd.PID()} },
-			address: cdEnv.Containerd.Address()},
 	}
 	// Each side's daemons with a debug socket, for the polling profiles
 	// (POLL_PROFILE_DIR).
 	sides[0].debugSocks = shimdSideSocks(shEnv.Containerd.DebugAddress())
-	sides[1].debugSocks = []debugSock{{"containerd", cdEnv.Containerd.DebugAddress()}}
+	for _, period := range criPeriods {
+		cdEnv, criRT, cdIS := startCRIWith(b, hosts, harness.ContainerdOptions{CRIStatsCollectPeriod: period})
+		name := "containerd"
+		if period != "" {
+			name += "-" + period
+		}
+		sides = append(sides, &costSide{target: &target{name: name, rt: criRT, is: cdIS, samples: map[string][]time.Duration{},
+			debugSocks: []debugSock{{"containerd", cdEnv.Containerd.DebugAddress()}}},
+			pids:    func() []int { return []int{cdEnv.Containerd.PID()} },
+			address: cdEnv.Containerd.Address()})
+	}
 	for _, s := range sides {
 		s.rows = map[string]string{}
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)

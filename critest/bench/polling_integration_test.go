@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"text/tabwriter"
@@ -47,6 +48,25 @@ func pollSizes(b *testing.B) []int {
 	return ns
 }
 
+// pollCRIPeriods is POLL_CRI_PERIODS, the stats_collect_period of each containerd CRI
+// side, comma-separated ("" or "default" for the plugin's default, 1 s). Default:
+// ",10s", containerd's CRI at its default and with a 10 s collector, the kubelet's
+// stats period: its 1 s collector is most of its polling cost.
+func pollCRIPeriods() []string {
+	v, ok := os.LookupEnv("POLL_CRI_PERIODS")
+	if !ok {
+		v = ",10s"
+	}
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p == "default" {
+			p = ""
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // pollWindow is POLL_WINDOW (default 60s).
 func pollWindow(b *testing.B) time.Duration {
 	v := os.Getenv("POLL_WINDOW")
@@ -63,6 +83,7 @@ type pollResult struct {
 	daemonCPU, shimCPU float64 // ms of CPU per s of the window
 	shims              int     // shims alive at both ends of the window
 	rss, shimRSS       int64   // at the end of the window
+	anon               int64   // the daemons' anonymous memory at the end
 	// shimAnon is the shims' anonymous memory at the end: their own, which their RSS
 	// holds besides the pages of the shim binary that every shim maps.
 	shimAnon int64
@@ -86,7 +107,7 @@ type polledPod struct{ sandbox, container string }
 // of 10 pods every second), then removes the pods. CPU is read from /proc: the daemons'
 // (usageOf) and that of the side's shims alive at both ends of the window.
 func BenchmarkPolling(b *testing.B) {
-	sides := newCostSides(b)
+	sides := newCostSides(b, pollCRIPeriods()...)
 	for _, s := range sides {
 		// containerd's CRI reads a pod's stats from its cgroup parent and fails
 		// ListPodSandboxStats for a pod without one; the kubelet always gives one.
@@ -97,12 +118,13 @@ func BenchmarkPolling(b *testing.B) {
 		s.logDir = b.TempDir()
 	}
 	window := pollWindow(b)
-	for _, n := range pollSizes(b) {
+	for i, n := range pollSizes(b) {
 		res := map[*costSide]*pollResult{}
-		for _, s := range []*costSide{sides[1], sides[0]} {
+		// Each pod count starts with another side.
+		for _, s := range turns(sides, i+1) {
 			res[s] = s.poll(b, n, window)
 		}
-		reportPolling(b, n, window, sides[0], sides[1], res)
+		reportPolling(b, n, window, sides[0], sides[1:], res)
 		for _, s := range sides {
 			require.Empty(b, res[s].errs, "%s, %d pods: calls that failed or answered short", s.name, n)
 		}
@@ -148,7 +170,7 @@ func (s *costSide) poll(b *testing.B, n int, window time.Duration) *pollResult {
 	}
 
 	r.daemonCPU = ms(after.cpu-before.cpu) / elapsed.Seconds()
-	r.rss = after.rss
+	r.rss, r.anon = after.rss, after.anon
 	r.ownCPU = ms(ownAfter.cpu-ownBefore.cpu) / elapsed.Seconds()
 	r.ownRSS, r.ownAnon = ownAfter.rss, ownAfter.anon
 	var shimCPU time.Duration
@@ -346,45 +368,81 @@ func (p *poller) statuses() {
 	}
 }
 
-// reportPolling prints one pod count's table and reports its main numbers as metrics.
-func reportPolling(b *testing.B, n int, window time.Duration, sh, cd *costSide, res map[*costSide]*pollResult) {
-	rs, rc := res[sh], res[cd]
-	fmt.Printf("\npolling %d pods for %s: ListPodSandbox+ListContainers every 1 s, ListContainerStats+ListPodSandboxStats every 10 s, PodSandboxStatus+ContainerStatus of %d pods every 1 s; CPU from /proc (shimd: sandbox.pause = %s)\n",
+// reportPolling prints one pod count's table, shimd beside each containerd CRI side
+// with the ratio to it, and reports the main numbers as metrics.
+func reportPolling(b *testing.B, n int, window time.Duration, sh *costSide, cds []*costSide, res map[*costSide]*pollResult) {
+	rs := res[sh]
+	fmt.Printf("\npolling %d pods for %s: ListPodSandbox+ListContainers every 1 s, ListContainerStats+ListPodSandboxStats every 10 s, PodSandboxStatus+ContainerStatus of %d pods every 1 s; CPU from /proc (shimd: sandbox.pause = %s; percentiles name their samples, \"max of N\" where too few)\n",
 		n, window, min(pollStatusPods, n), pauseMode())
 	out := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(out, "%-44s\tshimd + containerd\tcontainerd CRI\tratio (shimd/containerd)\t\n", "")
-	row := func(name string, s, c float64) {
-		fmt.Fprintf(out, "%-44s\t%.2f\t%.2f\t%.2fx\t\n", name, s, c, s/c)
+	fmt.Fprintf(out, "%-44s\tshimd + containerd\t", "")
+	for _, cd := range cds {
+		fmt.Fprintf(out, "%s CRI (stats_collect_period %s)\tratio\t", strings.TrimSuffix(cd.name, "-"+collectPeriod(cd)), collectPeriod(cd))
 	}
-	row("daemon CPU (ms/s)", rs.daemonCPU, rc.daemonCPU)
-	row(fmt.Sprintf("shim CPU (ms/s; %d and %d shims)", rs.shims, rc.shims), rs.shimCPU, rc.shimCPU)
-	row("daemons + shims CPU (ms/s)", rs.daemonCPU+rs.shimCPU, rc.daemonCPU+rc.shimCPU)
-	row("daemon RSS at the end (MiB)", mib(rs.rss), mib(rc.rss))
-	row("shims' RSS at the end, all (MiB)", mib(rs.shimRSS), mib(rc.shimRSS))
-	row("shims' anonymous memory at the end (MiB)", mib(rs.shimAnon), mib(rc.shimAnon))
+	fmt.Fprintln(out)
+	row := func(name string, v func(*pollResult) float64) {
+		fmt.Fprintf(out, "%-44s\t%.2f\t", name, v(rs))
+		for _, cd := range cds {
+			fmt.Fprintf(out, "%.2f\t%.2fx\t", v(res[cd]), v(rs)/v(res[cd]))
+		}
+		fmt.Fprintln(out)
+	}
+	row("daemon CPU (ms/s)", func(r *pollResult) float64 { return r.daemonCPU })
+	row("shim CPU (ms/s)", func(r *pollResult) float64 { return r.shimCPU })
+	row("daemons + shims CPU (ms/s)", func(r *pollResult) float64 { return r.daemonCPU + r.shimCPU })
+	row("daemon RSS at the end (MiB)", func(r *pollResult) float64 { return mib(r.rss) })
+	row("daemon anonymous memory at the end (MiB)", func(r *pollResult) float64 { return mib(r.anon) })
+	row("shims' RSS at the end, all (MiB)", func(r *pollResult) float64 { return mib(r.shimRSS) })
+	row("shims' anonymous memory at the end (MiB)", func(r *pollResult) float64 { return mib(r.shimAnon) })
+	row("daemons + shims RSS (MiB)", func(r *pollResult) float64 { return mib(r.rss + r.shimRSS) })
+	row("daemons + shims anonymous (MiB)", func(r *pollResult) float64 { return mib(r.anon + r.shimAnon) })
 	for _, kind := range pollKinds {
 		for _, p := range []float64{50, 99} {
-			row(fmt.Sprintf("%s p%.0f (ms)", kind, p), ms(percentile(sh.samples[kind], p)), ms(percentile(cd.samples[kind], p)))
+			fmt.Fprintf(out, "%-44s\t%s\t", fmt.Sprintf("%s p%.0f", kind, p), pctCell(sh.samples[kind], p))
+			for _, cd := range cds {
+				fmt.Fprintf(out, "%s\t%.2fx\t", pctCell(cd.samples[kind], p), ms(percentile(sh.samples[kind], p))/ms(percentile(cd.samples[kind], p)))
+			}
+			fmt.Fprintln(out)
 		}
 	}
-	row(fmt.Sprintf("start %d pods, 10 at a time (s)", n), rs.start.Seconds(), rc.start.Seconds())
-	row(fmt.Sprintf("remove %d pods, 10 at a time (s)", n), rs.remove.Seconds(), rc.remove.Seconds())
-	fmt.Fprintf(out, "%-44s\t%d, %d\t%d, %d\t\t\n", "calls in the window, errors", rs.calls, len(rs.errs), rc.calls, len(rc.errs))
+	row(fmt.Sprintf("start %d pods, 10 at a time (s)", n), func(r *pollResult) float64 { return r.start.Seconds() })
+	row(fmt.Sprintf("remove %d pods, 10 at a time (s)", n), func(r *pollResult) float64 { return r.remove.Seconds() })
+	fmt.Fprintf(out, "%-44s\t%d, %d\t", "calls in the window, errors", rs.calls, len(rs.errs))
+	for _, cd := range cds {
+		fmt.Fprintf(out, "%d, %d\t\t", res[cd].calls, len(res[cd].errs))
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "%-44s\t%d\t", "shims alive through the window", rs.shims)
+	for _, cd := range cds {
+		fmt.Fprintf(out, "%d\t\t", res[cd].shims)
+	}
+	fmt.Fprintln(out)
 	require.NoError(b, out.Flush())
 	fmt.Printf("shimd's side, split: shimd %.2f ms/s of CPU, RSS %.1f MiB (anon %.1f); its containerd %.2f ms/s, RSS %.1f MiB\n",
 		rs.ownCPU, mib(rs.ownRSS), mib(rs.ownAnon), rs.daemonCPU-rs.ownCPU, mib(rs.rss-rs.ownRSS))
 
 	b.ReportMetric(0, "ns/op")
-	for _, m := range []struct {
-		name string
-		s, c float64
-	}{
-		{"daemon-cpu-ms/s", rs.daemonCPU, rc.daemonCPU},
-		{"total-cpu-ms/s", rs.daemonCPU + rs.shimCPU, rc.daemonCPU + rc.shimCPU},
-		{"list-p99-ms", ms(percentile(sh.samples[pollList], 99)), ms(percentile(cd.samples[pollList], 99))},
-	} {
-		b.ReportMetric(m.s, fmt.Sprintf("%s-%dpods-%s", sh.name, n, m.name))
-		b.ReportMetric(m.c, fmt.Sprintf("%s-%dpods-%s", cd.name, n, m.name))
-		b.ReportMetric(m.s/m.c, fmt.Sprintf("%dpods-%s-ratio", n, m.name))
+	for _, cd := range cds {
+		rc := res[cd]
+		for _, m := range []struct {
+			name string
+			s, c float64
+		}{
+			{"daemon-cpu-ms/s", rs.daemonCPU, rc.daemonCPU},
+			{"total-cpu-ms/s", rs.daemonCPU + rs.shimCPU, rc.daemonCPU + rc.shimCPU},
+			{"list-p50-ms", ms(percentile(sh.samples[pollList], 50)), ms(percentile(cd.samples[pollList], 50))},
+		} {
+			b.ReportMetric(m.s, fmt.Sprintf("%s-%dpods-%s", sh.name, n, m.name))
+			b.ReportMetric(m.c, fmt.Sprintf("%s-%dpods-%s", cd.name, n, m.name))
+			b.ReportMetric(m.s/m.c, fmt.Sprintf("%dpods-%s-vs-%s-ratio", n, m.name, cd.name))
+		}
 	}
+}
+
+// collectPeriod is the stats_collect_period of a containerd CRI side, from its name.
+func collectPeriod(cd *costSide) string {
+	if _, p, ok := strings.Cut(cd.name, "-"); ok {
+		return p
+	}
+	return "1s, the default"
 }

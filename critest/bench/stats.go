@@ -96,3 +96,29 @@ func parseCounts(v string) ([]int, error) {
 	}
 	return ns, nil
 }
+
+// pctCell formats the p-th percentile of samples with what it rests on: "12.3 ms
+// (n=150)" when there are enough samples for that percentile to differ from the
+// maximum (at least 100/(100-p): 2 for a p50, 10 for a p90, 100 for a p99), else
+// "max of 3: 12.3 ms", so that no table calls the largest of a few samples a p99.
+func pctCell(samples []time.Duration, p float64) string {
+	n := len(samples)
+	if n == 0 {
+		return "no samples"
+	}
+	v := ms(percentile(samples, p))
+	if float64(n) < math.Ceil(100/(100-p)-1e-9) {
+		return fmt.Sprintf("max of %d: %.1f ms", n, v)
+	}
+	return fmt.Sprintf("%.1f ms (n=%d)", v, n)
+}
+
+// turns is the order in which sides go in round i: the list rotated by i, so that
+// each side goes first in turn and none always runs on a machine the other warmed.
+func turns[T any](sides []T, i int) []T {
+	out := make([]T, 0, len(sides))
+	for j := range sides {
+		out = append(out, sides[(i+j)%len(sides)])
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -103,5 +104,37 @@ func TestParseCounts(t *testing.T) {
 				t.Errorf("parseCounts(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestPctCell(t *testing.T) {
+	ten := make([]time.Duration, 10)
+	for i := range ten {
+		ten[i] = time.Duration(i+1) * time.Millisecond
+	}
+	for _, c := range []struct {
+		samples []time.Duration
+		p       float64
+		want    string
+	}{
+		{nil, 50, "no samples"},
+		{ten[:1], 50, "max of 1: 1.0 ms"},
+		{ten[:3], 50, "2.0 ms (n=3)"},
+		{ten[:9], 90, "max of 9: 9.0 ms"},
+		{ten, 90, "9.0 ms (n=10)"},
+		{ten, 99, "max of 10: 10.0 ms"},
+	} {
+		if got := pctCell(c.samples, c.p); got != c.want {
+			t.Errorf("pctCell(%d samples, p%.0f) = %q, want %q", len(c.samples), c.p, got, c.want)
+		}
+	}
+}
+
+func TestTurns(t *testing.T) {
+	s := []string{"a", "b", "c"}
+	for i, want := range []string{"abc", "bca", "cab", "abc"} {
+		if got := strings.Join(turns(s, i), ""); got != want {
+			t.Errorf("turns(%v, %d) = %q, want %q", s, i, got, want)
+		}
 	}
 }

@@ -49,6 +49,10 @@ type ContainerdOptions struct {
 	// Runsc adds the runtime handler "runsc" (gVisor, RunscRuntimeType, platform
 	// systrap; see WriteRunscConfig) to the CRI plugin. Needs WithCRI.
 	Runsc bool
+	// CRIStatsCollectPeriod is the CRI plugin's stats_collect_period (containerd 2.x:
+	// how often it samples every container's and pod's CPU for usage_nano_cores; a
+	// Go duration, default "1s"). Empty: the plugin's default. Needs WithCRI.
+	CRIStatsCollectPeriod string
 
 	// ExtraConfig is raw TOML appended to config.toml, after the plugin
 	// tables: start it with a table header. It must use the config version
@@ -101,6 +105,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 			Runc:               tools.Runc,
 			SandboxImage:       or(opts.SandboxImage, DefaultSandboxImage),
 			RegistryConfigPath: opts.RegistryConfigPath,
+			StatsCollectPeriod: opts.CRIStatsCollectPeriod,
 		}
 		if opts.Runsc {
 			cri.RunscConfigPath = WriteRunscConfig(t, dir)

@@ -43,6 +43,8 @@ type criConfig struct {
 	RegistryConfigPath string
 	// RunscConfigPath, if set, adds the handler "runsc" with this options file.
 	RunscConfigPath string
+	// StatsCollectPeriod, if set, is the 2.x runtime plugin's stats_collect_period.
+	StatsCollectPeriod string
 }
 
 // criPlugins2x are the CRI plugins of containerd 2.x, disabled unless WithCRI.
@@ -129,6 +131,9 @@ func writeCRIv3(w func(string, ...any), l containerdLayout, c *criConfig) {
 	w("  [plugins.'io.containerd.cri.v1.runtime']")
 	w("    restrict_oom_score_adj = true")
 	w("    netns_mounts_under_state_dir = true")
+	if c.StatsCollectPeriod != "" {
+		w("    stats_collect_period = %s", q(c.StatsCollectPeriod))
+	}
 	w("    [plugins.'io.containerd.cri.v1.runtime'.containerd]")
 	w("      default_runtime_name = 'runc'")
 	w("      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]")
