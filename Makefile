@@ -106,6 +106,19 @@ POLL_WINDOW ?= 60s
 bench-poll: tools
 	POLL_PODS=$(POLL_PODS) POLL_WINDOW=$(POLL_WINDOW) $(GO) test -tags integration -count=1 -run '^$$' -bench BenchmarkPolling -benchtime 1x -timeout 45m -v ./critest/bench/
 
+# Pulls at scale (BenchmarkPullScale): a large image of real files, 5 images at once, the
+# same through a slow link (PULL_SLOW_MIBS), a stalled blob; cold, beside containerd's CRI.
+# Its layers are built once into /var/cache/shimd/bench-pull (PULL_CACHE).
+.PHONY: bench-pull bench-density
+bench-pull: tools
+	$(GO) test -tags integration -count=1 -run '^$$' -bench BenchmarkPullScale -benchtime 1x -timeout 60m ./critest/bench/
+
+# What the kubelet sees (BenchmarkKubeletDensity): a Deployment of BENCH_DENSITY_PODS
+# (110) pods on the one-node cluster, BENCH_DENSITY_STEADY_S (300) s of steady state,
+# on shimd (BENCH_PAUSE's mode) and on containerd's CRI. About 20 minutes.
+bench-density: tools
+	bash hack/tools.sh cluster && $(GO) test -tags integration -count=1 -run '^$$' -bench BenchmarkKubeletDensity -benchtime 1x -timeout 60m -v ./critest/bench/
+
 # shimd's default is sandbox.pause = "when-needed" (docs/operating.md "Pause-less pods"):
 # the kubelet's pods, and the benchmarks' (which are the kubelet's kind), run without a
 # pause container. The *-pause-always targets run the same with a pause container in

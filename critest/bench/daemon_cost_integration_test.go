@@ -87,6 +87,8 @@ type costSide struct {
 	own func() int
 	// address is the containerd socket of the side, whose shims serve its pods.
 	address string
+	// root is the side's containerd root: its content store and snapshots.
+	root string
 }
 
 // newCostSides starts the sides of BenchmarkDaemonCost and BenchmarkPolling, each on
@@ -102,11 +104,34 @@ func newCostSides(b *testing.B, criPeriods ...string) []*costSide {
 	if len(criPeriods) == 0 {
 		criPeriods = []string{""}
 	}
-	contentionFromEnv(b)
 	hosts := registryHosts(b)
+	var cris []criSide
+	for _, period := range criPeriods {
+		name := "containerd"
+		if period != "" {
+			name += "-" + period
+		}
+		cris = append(cris, criSide{name: name, opts: harness.ContainerdOptions{CRIStatsCollectPeriod: period}})
+	}
+	return newCostSidesWith(b, hosts, shimdExtraConfig(hosts), cris...)
+}
 
+// criSide is a containerd CRI side of newCostSidesWith: its name and its containerd's
+// options (the CRI plugin, registry hosts and log level are set for it).
+type criSide struct {
+	name string
+	opts harness.ContainerdOptions
+}
+
+// newCostSidesWith is newCostSides with the registry hosts directory, shimd's config
+// and the containerd CRI sides given.
+func newCostSidesWith(b *testing.B, hosts, shimdConfig string, cris ...criSide) []*costSide {
+	if os.Geteuid() != 0 {
+		b.Skip("the benchmark needs root")
+	}
+	contentionFromEnv(b)
 	shEnv := harness.New(b, harness.Options{Shimd: harness.ShimdOptions{
-		ExtraConfig: shimdExtraConfig(hosts),
+		ExtraConfig: shimdConfig,
 		RuncRoot:    filepath.Join(b.TempDir(), "runc"),
 		Pause:       pauseMode(),
 		LogLevel:    benchLogLevel,
@@ -116,21 +141,17 @@ func newCostSides(b *testing.B, criPeriods ...string) []*costSide {
 		{target: &target{name: "shimd", rt: shEnv.Shimd.Runtime(b), is: shEnv.Shimd.Images(b), samples: map[string][]time.Duration{}},
 			pids:    func() []int { return []int{shEnv.Shimd.PID(), shEnv.Containerd.PID()} },
 			own:     func() int { return shEnv.Shimd.PID() },
-			address: shEnv.Containerd.Address()},
+			address: shEnv.Containerd.Address(), root: shEnv.Containerd.Root()},
 	}
 	// Each side's daemons with a debug socket, for the polling profiles
 	// (POLL_PROFILE_DIR).
 	sides[0].debugSocks = shimdSideSocks(shEnv.Containerd.DebugAddress())
-	for _, period := range criPeriods {
-		cdEnv, criRT, cdIS := startCRIWith(b, hosts, harness.ContainerdOptions{CRIStatsCollectPeriod: period})
-		name := "containerd"
-		if period != "" {
-			name += "-" + period
-		}
-		sides = append(sides, &costSide{target: &target{name: name, rt: criRT, is: cdIS, samples: map[string][]time.Duration{},
+	for _, c := range cris {
+		cdEnv, criRT, cdIS := startCRIWith(b, hosts, c.opts)
+		sides = append(sides, &costSide{target: &target{name: c.name, rt: criRT, is: cdIS, samples: map[string][]time.Duration{},
 			debugSocks: []debugSock{{"containerd", cdEnv.Containerd.DebugAddress()}}},
 			pids:    func() []int { return []int{cdEnv.Containerd.PID()} },
-			address: cdEnv.Containerd.Address()})
+			address: cdEnv.Containerd.Address(), root: cdEnv.Containerd.Root()})
 	}
 	for _, s := range sides {
 		s.rows = map[string]string{}

@@ -53,6 +53,9 @@ type ContainerdOptions struct {
 	// how often it samples every container's and pod's CPU for usage_nano_cores; a
 	// Go duration, default "1s"). Empty: the plugin's default. Needs WithCRI.
 	CRIStatsCollectPeriod string
+	// CRIImagePullProgressTimeout is the CRI plugin's image_pull_progress_timeout
+	// (containerd 2.x; a Go duration, default "5m"). Empty: the default. Needs WithCRI.
+	CRIImagePullProgressTimeout string
 
 	// ExtraConfig is raw TOML appended to config.toml, after the plugin
 	// tables: start it with a table header. It must use the config version
@@ -100,12 +103,13 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	if opts.WithCRI {
 		tools.Require(t, tools.Runc)
 		cri = &criConfig{
-			CNIConfDir:         or(opts.CNIConfDir, filepath.Join(dir, "net.d")),
-			CNIBinDir:          CNIBinDir,
-			Runc:               tools.Runc,
-			SandboxImage:       or(opts.SandboxImage, DefaultSandboxImage),
-			RegistryConfigPath: opts.RegistryConfigPath,
-			StatsCollectPeriod: opts.CRIStatsCollectPeriod,
+			CNIConfDir:          or(opts.CNIConfDir, filepath.Join(dir, "net.d")),
+			CNIBinDir:           CNIBinDir,
+			Runc:                tools.Runc,
+			SandboxImage:        or(opts.SandboxImage, DefaultSandboxImage),
+			RegistryConfigPath:  opts.RegistryConfigPath,
+			StatsCollectPeriod:  opts.CRIStatsCollectPeriod,
+			PullProgressTimeout: opts.CRIImagePullProgressTimeout,
 		}
 		if opts.Runsc {
 			cri.RunscConfigPath = WriteRunscConfig(t, dir)

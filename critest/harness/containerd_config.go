@@ -45,6 +45,8 @@ type criConfig struct {
 	RunscConfigPath string
 	// StatsCollectPeriod, if set, is the 2.x runtime plugin's stats_collect_period.
 	StatsCollectPeriod string
+	// PullProgressTimeout, if set, is the 2.x images plugin's image_pull_progress_timeout.
+	PullProgressTimeout string
 }
 
 // criPlugins2x are the CRI plugins of containerd 2.x, disabled unless WithCRI.
@@ -124,6 +126,9 @@ func writeCRIv3(w func(string, ...any), l containerdLayout, c *criConfig) {
 	w("    stream_server_port = '0'")
 	w("  [plugins.'io.containerd.cri.v1.images']")
 	w("    snapshotter = 'overlayfs'")
+	if c.PullProgressTimeout != "" {
+		w("    image_pull_progress_timeout = %s", q(c.PullProgressTimeout))
+	}
 	w("    [plugins.'io.containerd.cri.v1.images'.pinned_images]")
 	w("      sandbox = %s", q(c.SandboxImage))
 	w("    [plugins.'io.containerd.cri.v1.images'.registry]")

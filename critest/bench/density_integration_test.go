@@ -1,0 +1,232 @@
+//go:build integration
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/critest/cluster"
+	"github.com/shimd/shimd/critest/kubelet"
+)
+
+// densityResult is one runtime's run of BenchmarkKubeletDensity.
+type densityResult struct {
+	startAll, deleteAll time.Duration
+	// The kubelet's own histograms at the end of the steady window.
+	metrics map[string]histogram
+	// Over the steady window: CPU in ms per s, memory at its end.
+	kubeletCPU, runtimeCPU, shimCPU float64
+	kubeletRSS, runtimeRSS, shimRSS int64
+	runtimeAnon, shimAnon           int64
+	shims                           int
+	steady                          time.Duration
+}
+
+// BenchmarkKubeletDensity is a node of BENCH_DENSITY_PODS (default 110, the kubelet's
+// max-pods) pods as the kubelet sees it: the one-node cluster of critest/cluster
+// (v1.37.2 control plane and kubelet) on each runtime in turn, a Deployment of that many
+// busybox replicas with an exec readiness probe every 10 s, and from the kubelet's own
+// /metrics its pod start SLI (kubelet_pod_start_sli_duration_seconds: API server
+// creation to running, image pulls excluded), kubelet_pod_start_duration_seconds and
+// kubelet_runtime_operations_duration_seconds per operation; then BENCH_DENSITY_STEADY
+// (default 5m) of steady state in which the kubelet's PLEG, stats and probes are the
+// only load, with the CPU and memory of the kubelet, the runtime's daemons and the
+// shims; then the time until deleting the Deployment leaves no pod in the API. shimd
+// (in BENCH_PAUSE's mode) and containerd's CRI share one containerd, runc and CNI
+// network; one cluster runs at a time (the host-wide kubelet lock), shimd first unless
+// BENCH_DENSITY_CRI_FIRST=1.
+func BenchmarkKubeletDensity(b *testing.B) {
+	if _, err := os.Stat(kubelet.Binary()); err != nil {
+		b.Skipf("no kubelet at %s: build it with hack/tools.sh cluster", kubelet.Binary())
+	}
+	p := newPair(b)
+	n := envInt("BENCH_DENSITY_PODS", 110)
+	steady := time.Duration(envInt("BENCH_DENSITY_STEADY_S", 300)) * time.Second
+	targets := []*target{p.shimd, p.cd}
+	first := 0
+	if os.Getenv("BENCH_DENSITY_CRI_FIRST") == "1" {
+		first = 1
+	}
+	endpoints := map[*target]string{p.shimd: p.shimdEndpoint, p.cd: "unix://" + p.env.Containerd.Address()}
+	res := map[*target]*densityResult{}
+	for _, tg := range turns(targets, first) {
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
+		cancel()
+		require.NoError(b, err, tg.name)
+		b.Run(tg.name, func(b *testing.B) {
+			res[tg] = tg.density(b, endpoints[tg], p.env.CNI.Gateway.String(), p.env.Containerd.Address(), n, steady)
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+	if res[p.shimd] == nil || res[p.cd] == nil {
+		b.Fatal("a runtime's run failed (see its sub-benchmark)")
+	}
+	reportDensity(b, n, p.shimd, p.cd, res)
+}
+
+// density runs one runtime's cluster and measures it.
+func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n int, steady time.Duration) *densityResult {
+	cfg := map[string]any{"maxPods": max(110, n)}
+	c := cluster.Start(b, cluster.Options{RuntimeEndpoint: endpoint, NodeName: "density-" + tg.name, NodeIP: nodeIP, KubeletConfig: cfg})
+	// Runs before the cluster's own cleanups: what the kubelet left stopped goes through
+	// CRI, as its container GC would, so the pair's check finds nothing listed.
+	b.Cleanup(func() {
+		if err := tg.removeAllPods(); err != nil {
+			b.Errorf("%s: removing what the kubelet left: %v", tg.name, err)
+		}
+	})
+	r := &densityResult{steady: steady}
+	t0 := time.Now()
+	c.Apply(b, densityDeployment(n))
+	c.WaitFor(b, time.Duration(n)*3*time.Second+2*time.Minute, fmt.Sprintf("%d ready replicas", n), func() error {
+		out, err := c.Kubectl(b, "get", "deployment", "density", "-o", "jsonpath={.status.readyReplicas}")
+		if err != nil {
+			return err
+		}
+		if got, _ := strconv.Atoi(strings.TrimSpace(out)); got != n {
+			return fmt.Errorf("%s of %d ready", out, n)
+		}
+		return nil
+	})
+	r.startAll = time.Since(t0)
+	time.Sleep(10 * time.Second) // the last pods' first probes and stats
+
+	kpid := c.Kubelet.PID()
+	usage := func() (daemonUsage, daemonUsage, map[int]daemonUsage) {
+		k, err := usageOf(kpid)
+		require.NoError(b, err)
+		d, err := usageOf(tg.daemons...)
+		require.NoError(b, err)
+		return k, d, shimUsage(b, shimAddress)
+	}
+	k0, d0, s0 := usage()
+	t1 := time.Now()
+	time.Sleep(steady)
+	k1, d1, s1 := usage()
+	secs := time.Since(t1).Seconds()
+	r.kubeletCPU, r.runtimeCPU = ms(k1.cpu-k0.cpu)/secs, ms(d1.cpu-d0.cpu)/secs
+	r.kubeletRSS, r.runtimeRSS, r.runtimeAnon = k1.rss, d1.rss, d1.anon
+	var shimCPU time.Duration
+	for pid, a := range s1 {
+		r.shimRSS, r.shimAnon = r.shimRSS+a.rss, r.shimAnon+a.anon
+		if bf, ok := s0[pid]; ok {
+			shimCPU += a.cpu - bf.cpu
+			r.shims++
+		}
+	}
+	r.shimCPU = ms(shimCPU) / secs
+
+	text, err := c.Kubelet.Get("/metrics")
+	require.NoError(b, err)
+	r.metrics, err = parseHistograms(string(text), "kubelet_pod_start_sli_duration_seconds", "kubelet_pod_start_duration_seconds", "kubelet_runtime_operations_duration_seconds")
+	require.NoError(b, err)
+
+	t2 := time.Now()
+	out, err := c.Kubectl(b, "delete", "deployment", "density", "--wait=false")
+	require.NoError(b, err, out)
+	c.WaitFor(b, time.Duration(n)*time.Second+3*time.Minute, "no density pod left", func() error {
+		out, err := c.Kubectl(b, "get", "pods", "-l", "app=density", "-o", "name")
+		if err != nil {
+			return err
+		}
+		if left := len(strings.Fields(out)); left > 0 {
+			return fmt.Errorf("%d pods left", left)
+		}
+		return nil
+	})
+	r.deleteAll = time.Since(t2)
+	return r
+}
+
+// densityDeployment is n busybox replicas that exit on SIGTERM, each with an exec
+// readiness probe every 10 s.
+func densityDeployment(n int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: density, namespace: default}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: density}}
+  template:
+    metadata: {labels: {app: density}}
+    spec:
+      terminationGracePeriodSeconds: 10
+      containers:
+      - name: c
+        image: %s
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+        readinessProbe:
+          exec: {command: ["true"]}
+          periodSeconds: 10
+`, n, benchBusybox)
+}
+
+// reportDensity prints the table.
+func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*densityResult) {
+	rs, rc := res[sh], res[cd]
+	fmt.Printf("\nkubelet density: %d pods of a Deployment on a one-node cluster (kubelet %s), exec readiness probe every 10 s; steady state %s (shimd: sandbox.pause = %s). "+
+		"Percentiles come from the kubelet's histograms (interpolated in the bucket, as Prometheus' histogram_quantile) and name their samples.\n",
+		n, kubelet.Version(), rs.steady, pauseMode())
+	out := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(out, "%-58s\tshimd\tcontainerd CRI\tratio\t\n", "")
+	row := func(name string, s, c float64, unit string) {
+		fmt.Fprintf(out, "%-58s\t%.2f %s\t%.2f %s\t%.2fx\t\n", name, s, unit, c, unit, s/c)
+	}
+	for _, name := range []string{"kubelet_pod_start_sli_duration_seconds", "kubelet_pod_start_duration_seconds"} {
+		hs, hc := rs.metrics[name], rc.metrics[name]
+		for _, q := range []float64{0.5, 0.99} {
+			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("%s p%.0f", strings.TrimPrefix(name, "kubelet_"), q*100),
+				hs.cell(q), hc.cell(q), hs.quantile(q)/hc.quantile(q))
+		}
+	}
+	var ops []string
+	for key := range rs.metrics {
+		if strings.HasPrefix(key, "kubelet_runtime_operations_duration_seconds{") {
+			ops = append(ops, key)
+		}
+	}
+	sort.Strings(ops)
+	for _, key := range ops {
+		hs, hc := rs.metrics[key], rc.metrics[key]
+		op := strings.TrimSuffix(strings.TrimPrefix(key, "kubelet_runtime_operations_duration_seconds{operation_type="), "}")
+		for _, q := range []float64{0.5, 0.99} {
+			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("runtime op %s p%.0f", op, q*100), hs.cell(q), hc.cell(q), hs.quantile(q)/hc.quantile(q))
+		}
+	}
+	row(fmt.Sprintf("all %d replicas ready, from apply", n), rs.startAll.Seconds(), rc.startAll.Seconds(), "s")
+	row("steady CPU: kubelet", rs.kubeletCPU, rc.kubeletCPU, "ms/s")
+	row("steady CPU: runtime daemons", rs.runtimeCPU, rc.runtimeCPU, "ms/s")
+	row(fmt.Sprintf("steady CPU: shims (%d and %d)", rs.shims, rc.shims), rs.shimCPU, rc.shimCPU, "ms/s")
+	row("steady CPU: kubelet + runtime + shims", rs.kubeletCPU+rs.runtimeCPU+rs.shimCPU, rc.kubeletCPU+rc.runtimeCPU+rc.shimCPU, "ms/s")
+	row("RSS: kubelet", mib(rs.kubeletRSS), mib(rc.kubeletRSS), "MiB")
+	row("RSS: runtime daemons", mib(rs.runtimeRSS), mib(rc.runtimeRSS), "MiB")
+	fmt.Fprintf(out, "%-58s\t%.1f MiB\t%.1f MiB\t\t\n", "anonymous: runtime daemons", mib(rs.runtimeAnon), mib(rc.runtimeAnon))
+	row("RSS: shims", mib(rs.shimRSS), mib(rc.shimRSS), "MiB")
+	row("anonymous: shims", mib(rs.shimAnon), mib(rc.shimAnon), "MiB")
+	row("RSS: kubelet + runtime + shims", mib(rs.kubeletRSS+rs.runtimeRSS+rs.shimRSS), mib(rc.kubeletRSS+rc.runtimeRSS+rc.shimRSS), "MiB")
+	row(fmt.Sprintf("delete all %d, until none in the API", n), rs.deleteAll.Seconds(), rc.deleteAll.Seconds(), "s")
+	require.NoError(b, out.Flush())
+	for _, m := range []struct {
+		name string
+		s, c float64
+	}{
+		{"sli-p50", rs.metrics["kubelet_pod_start_sli_duration_seconds"].quantile(0.5), rc.metrics["kubelet_pod_start_sli_duration_seconds"].quantile(0.5)},
+		{"sli-p99", rs.metrics["kubelet_pod_start_sli_duration_seconds"].quantile(0.99), rc.metrics["kubelet_pod_start_sli_duration_seconds"].quantile(0.99)},
+		{"steady-cpu", rs.kubeletCPU + rs.runtimeCPU + rs.shimCPU, rc.kubeletCPU + rc.runtimeCPU + rc.shimCPU},
+	} {
+		b.ReportMetric(m.s/m.c, m.name+"-ratio")
+	}
+}

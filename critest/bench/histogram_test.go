@@ -1,0 +1,53 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+const kubeletMetrics = `# HELP kubelet_pod_start_sli_duration_seconds [BETA] ...
+# TYPE kubelet_pod_start_sli_duration_seconds histogram
+kubelet_pod_start_sli_duration_seconds_bucket{le="0.5"} 0
+kubelet_pod_start_sli_duration_seconds_bucket{le="1"} 50
+kubelet_pod_start_sli_duration_seconds_bucket{le="2"} 100
+kubelet_pod_start_sli_duration_seconds_bucket{le="+Inf"} 100
+kubelet_pod_start_sli_duration_seconds_sum 130
+kubelet_pod_start_sli_duration_seconds_count 100
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="list_containers",le="0.005"} 8
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="list_containers",le="0.01"} 10
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="list_containers",le="+Inf"} 10
+kubelet_runtime_operations_duration_seconds_count{operation_type="list_containers"} 10
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="version",le="0.005"} 0
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="version",le="+Inf"} 2
+kubelet_runtime_operations_duration_seconds_count{operation_type="version"} 2
+`
+
+func TestParseHistogramsAndQuantile(t *testing.T) {
+	hs, err := parseHistograms(kubeletMetrics, "kubelet_pod_start_sli_duration_seconds", "kubelet_runtime_operations_duration_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sli := hs["kubelet_pod_start_sli_duration_seconds"]
+	for _, c := range []struct{ q, want float64 }{{0.5, 1}, {0.25, 0.75}, {0.99, 1.98}} {
+		if got := sli.quantile(c.q); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("sli q%.2f = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if got := sli.cell(0.99); got != "1.980 s (n=100)" {
+		t.Errorf("cell = %q", got)
+	}
+	lc := hs["kubelet_runtime_operations_duration_seconds{operation_type=list_containers}"]
+	if got := lc.quantile(0.9); math.Abs(got-0.0075) > 1e-9 {
+		t.Errorf("list_containers p90 = %v, want 0.0075", got)
+	}
+	if got := lc.cell(0.99); got != "9.8 ms (only 10 samples: ~max)" {
+		t.Errorf("cell = %q", got)
+	}
+	// All in +Inf: the largest finite bound.
+	if got := hs["kubelet_runtime_operations_duration_seconds{operation_type=version}"].quantile(0.5); got != 0.005 {
+		t.Errorf("version p50 = %v, want 0.005", got)
+	}
+	if got := (histogram{}).quantile(0.5); !math.IsNaN(got) {
+		t.Errorf("empty histogram quantile = %v", got)
+	}
+}
