@@ -6,7 +6,8 @@
 # MC_BURST (default 100,200), MC_BURST_ROUNDS (2), MC_POLL (250), MC_POLL_WINDOW (60s),
 # MC_BURST_ALWAYS (100: a burst with pause = "always"), MC_TIMEOUT (seconds each
 # benchmark may run, 300), MC_PULL (empty: skipped; else PULL_ROUNDS for
-# BenchmarkPullScale, whose images are built there from the host's /usr). An MC_BURST,
+# BenchmarkPullScale, whose images are built there from the host's /usr; MC_PULL_SLOW_MIBS
+# its slow link, MC_PULL_STALL=0 leaves out its stalled blob). An MC_BURST,
 # MC_POLL or MC_BURST_ALWAYS set empty skips that benchmark.
 set -u
 OUT=${OUT:-/tmp/manycore-out}; mkdir -p "$OUT"
@@ -42,5 +43,5 @@ if [ -n "${MC_BURST_ALWAYS-100}" ]; then
 	bench burst-always Burst BENCH_PAUSE=always BENCH_BURST_PODS="${MC_BURST_ALWAYS-100}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
 fi
 if [ -n "${MC_PULL-}" ]; then
-	bench pull PullScale PULL_ROUNDS="$MC_PULL" PULL_CACHE=/tmp/shimd-pull-cache
+	bench pull PullScale PULL_ROUNDS="$MC_PULL" PULL_CACHE=/tmp/shimd-pull-cache PULL_SLOW_MIBS="${MC_PULL_SLOW_MIBS:-25}" PULL_STALL="${MC_PULL_STALL:-1}"
 fi
