@@ -24,7 +24,9 @@ import (
 //   - Run writes that container (phase "creating") before it creates any other
 //     resource, and derives every other resource's location from the sandbox id: the
 //     netns at <state>/netns/<id>, files under <root>/sandboxes/<id> and
-//     <state>/sandboxes/<id>, the snapshot keyed by the id. So a sandbox still
+//     <state>/sandboxes/<id>, the snapshot keyed by the id (none when its record
+//     says shared_rootfs: the pause then ran from the shared read-only
+//     Options.PauseRootfs, which no pod owns and recovery leaves alone). So a sandbox still
 //     "creating" is undone whole, and anything on disk without a container is an
 //     orphan of a Run that died before step 2, and is removed.
 //   - A sandbox whose pause task runs is READY; otherwise NOTREADY. One whose netns is
