@@ -45,6 +45,10 @@ type Options struct {
 	Network       Network
 	PauseImage    PauseImages
 	PauseImageRef string
+	// PauseRootfs is a directory holding the pause image's files (pause.WriteRootfs)
+	// that the pause containers of runc-like handlers run from, read-only, instead of
+	// each from a snapshot of its own; "": always a snapshot (a configured image).
+	PauseRootfs string
 	// PauseWhenNeeded: pods that need no pause container get none (sandbox.pause =
 	// "when-needed", pauseless.go).
 	PauseWhenNeeded bool

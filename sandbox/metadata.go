@@ -43,6 +43,9 @@ type sandboxRecord struct {
 	IPs            []string        `json:"ips,omitempty"`
 	// Pauseless: the pod runs without a pause process (pauseless.go).
 	Pauseless bool `json:"pauseless,omitempty"`
+	// SharedRootfs: the pause container runs from Options.PauseRootfs, with no
+	// snapshot (an older record, without it, names a snapshot).
+	SharedRootfs bool `json:"shared_rootfs,omitempty"`
 	// Overhead and Resources are the pod-level limits of the last
 	// UpdatePodSandboxResources (protojson of LinuxContainerResources).
 	Overhead  json.RawMessage `json:"overhead,omitempty"`
@@ -59,6 +62,7 @@ func encodeRecord(sb *Sandbox) (sandboxRecord, error) {
 	rec := sandboxRecord{
 		Version: recordVersion, Name: sb.Name, Config: cfg, RuntimeHandler: sb.RuntimeHandler,
 		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs, Pauseless: sb.Pauseless,
+		SharedRootfs: sb.SharedRootfs,
 	}
 	overhead, resources := sb.PodResources()
 	if rec.Overhead, err = record.MarshalProto(overhead); err != nil {
@@ -80,7 +84,7 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 	sb := &Sandbox{
 		ID: c.ID, Name: rec.Name, Config: cfg, RuntimeHandler: rec.RuntimeHandler,
 		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, Pauseless: rec.Pauseless,
-		state: pod.NotReady,
+		SharedRootfs: rec.SharedRootfs, state: pod.NotReady,
 	}
 	var err error
 	if sb.overhead, err = record.UnmarshalProto(rec.Overhead, newResources); err != nil {

@@ -24,9 +24,11 @@ import (
 //   - Run writes that container (phase "creating") before it creates any other
 //     resource, and derives every other resource's location from the sandbox id: the
 //     netns at <state>/netns/<id>, files under <root>/sandboxes/<id> and
-//     <state>/sandboxes/<id>, the snapshot keyed by the id. So a sandbox still
-//     "creating" is undone whole, and anything on disk without a container is an
-//     orphan of a Run that died before step 2, and is removed.
+//     <state>/sandboxes/<id>, the snapshot keyed by the id (none when its record
+//     says shared_rootfs: the pause then ran from the shared read-only
+//     Options.PauseRootfs, which no pod owns and recovery leaves alone). So a
+//     sandbox still "creating" is undone whole, and anything on disk without a
+//     container is an orphan of a Run that died before step 2, and is removed.
 //   - A sandbox whose pause task runs is READY; otherwise NOTREADY. One whose netns is
 //     gone (or that uses the host network and has no task) was stopped. When
 //     containerd cannot tell the pause task's state (its shim did not answer in

@@ -95,6 +95,9 @@ func (m *Manager) newSandbox(name string, cfg *runtimeapi.PodSandboxConfig, hand
 		sb.NetNSPath = network.NetNSPath(m.fs.netnsDir(), sb.ID)
 	}
 	sb.Pauseless = m.pauseless(cfg, rt)
+	// A pause that runs on the host's kernel with the node's user ids can share one
+	// read-only root; a sandboxed runtime's or a user namespace's needs a snapshot.
+	sb.SharedRootfs = !sb.Pauseless && m.opts.PauseRootfs != "" && rt.PauseOptional && sb.UserNamespace() == nil
 	m.fs.setPinPaths(sb)
 	return sb
 }
@@ -284,21 +287,32 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 	if err != nil {
 		return nil, err
 	}
-	spec, err := PauseSpec(PauseSpecInput{
+	in := PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: info.args, ImageEnv: info.env,
 		NetNSPath: sb.NetNSPath, UsernsPath: m.fs.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
 		ImageName: img.Name(),
-	})
+	}
+	if sb.SharedRootfs {
+		in.RootPath = m.opts.PauseRootfs
+	}
+	spec, err := PauseSpec(in)
 	if err != nil {
 		return nil, fmt.Errorf("pause spec: %w", err)
 	}
 	opts := []client.NewContainerOpts{
-		client.WithSnapshotter(rt.Snapshotter),
 		client.WithImageName(img.Name()),
 		client.WithRuntime(rt.Type, rt.Options),
 		client.WithSpec(spec),
 		withRecord(sb, PhaseCreating),
 	}
+	if sb.SharedRootfs {
+		// No snapshot: nothing to prepare, mount, unmount or remove per pod.
+		if err := ctrd.CreateContainer(ctx, m.opts.Client.ContainerService(), sb.ID, opts...); err != nil {
+			return nil, fmt.Errorf("create pause container: %w", err)
+		}
+		return nil, nil
+	}
+	opts = append(opts, client.WithSnapshotter(rt.Snapshotter))
 	if snOpts := snapshotOpts(sb); len(snOpts) > 0 {
 		// A pod with its own user namespace: the client resolves how its snapshot is
 		// remapped (the snapshotter's capabilities) and prepares it before the record
@@ -337,10 +351,10 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 
 // startTask creates and starts the pause task; it returns its pid and how long the
 // create took (the shim's start included), for the log. rootfs nil: the task's
-// mounts are read from the snapshotter.
+// mounts are read from the snapshotter, unless sb has none (SharedRootfs).
 func (m *Manager) startTask(ctx context.Context, sb *Sandbox, rt pod.Handler, rootfs []mount.Mount) (uint32, time.Duration, error) {
 	t0 := time.Now()
-	if rootfs == nil {
+	if rootfs == nil && !sb.SharedRootfs {
 		var err error
 		if rootfs, err = m.opts.Client.SnapshotService(rt.Snapshotter).Mounts(ctx, sb.ID); err != nil {
 			return 0, 0, fmt.Errorf("pause snapshot mounts: %w", err)

@@ -41,6 +41,9 @@ type Sandbox struct {
 	// namespaces pinned at NetNSPath, IPCNSPath and UTSNSPath ("" = the host's).
 	Pauseless            bool
 	IPCNSPath, UTSNSPath string
+	// SharedRootfs: the pause container runs from the shared read-only
+	// Options.PauseRootfs and has no snapshot of its own.
+	SharedRootfs bool
 
 	// opMu serialises Stop and Remove of this sandbox; it is held across their
 	// containerd and CNI calls. Lock order: opMu, then mu.

@@ -45,6 +45,9 @@ type PauseSpecInput struct {
 	MinOOMScoreAdj int
 	// ImageName is the pause image's reference (for the annotations).
 	ImageName string
+	// RootPath is the root directory, read-only; "": the bundle's "rootfs", where
+	// the shim mounts the pod's snapshot.
+	RootPath string
 }
 
 func pauseAnnotations(in PauseSpecInput) map[string]string {
@@ -131,6 +134,9 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 	}
 	if cg := pod.CgroupPath(cfg.GetLinux().GetCgroupParent(), in.ID, in.CgroupDriver); cg != "" {
 		opts = append(opts, oci.WithCgroup(cg))
+	}
+	if in.RootPath != "" {
+		opts = append(opts, oci.WithRootFSPath(in.RootPath))
 	}
 
 	ctx := namespaces.WithNamespace(context.Background(), in.Namespace)

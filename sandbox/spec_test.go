@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"slices"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -41,9 +42,20 @@ func TestPauseSpec(t *testing.T) {
 			require.Equal(t, "myhost", s.Hostname)
 			require.Equal(t, []string{"/pause"}, s.Process.Args)
 			require.True(t, s.Root.Readonly)
+			require.Equal(t, "rootfs", s.Root.Path, "the bundle's rootfs, where the shim mounts the snapshot")
 			require.True(t, s.Process.NoNewPrivileges)
 			require.Equal(t, "/shimd/abc", s.Linux.CgroupsPath)
 			require.Equal(t, uint64(DefaultSandboxCPUShares), *s.Linux.Resources.CPU.Shares)
+		}},
+		{name: "shared read-only root", mutate: func(_ *runtimeapi.PodSandboxConfig, in *PauseSpecInput) {
+			in.RootPath = "/var/lib/shimd/pause-rootfs/0123"
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, "/var/lib/shimd/pause-rootfs/0123", s.Root.Path)
+			require.True(t, s.Root.Readonly)
+			// runc writes only into these mounts, never into the shared root.
+			for _, dst := range []string{"/proc", "/dev", "/sys"} {
+				require.True(t, slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == dst }), dst)
+			}
 		}},
 		{name: "host network, pid and ipc", mutate: func(c *runtimeapi.PodSandboxConfig, in *PauseSpecInput) {
 			c.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{

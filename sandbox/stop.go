@@ -142,7 +142,7 @@ func (m *Manager) deleteContainer(ctx context.Context, id string) error {
 	// again. A snapshot not found under the handler's snapshotter (the config
 	// changed since) is looked up the client's way, from the record.
 	if sb, err := m.store.get(id); err == nil {
-		removed := sb.Pauseless // no snapshot
+		removed := sb.Pauseless || sb.SharedRootfs // no snapshot
 		if rt, err := m.opts.Handlers.Get(sb.RuntimeHandler); err == nil && !removed {
 			err := m.opts.Client.SnapshotService(rt.Snapshotter).Remove(ctx, id)
 			if err != nil && !errdefs.IsNotFound(err) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -275,6 +276,15 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	})
 	pauseRef, pauseImages := pauseImage(cfg, cl, images)
 	images.Pin(pauseRef)
+	pauseRootfs := ""
+	if cfg.Sandbox.Image == "" {
+		// The built-in image's files are known here: its pause containers run from
+		// one read-only copy of them instead of a snapshot each.
+		var err error
+		if pauseRootfs, err = pause.WriteRootfs(filepath.Join(cfg.RootDir, "pause-rootfs")); err != nil {
+			return wiring{}, err
+		}
+	}
 	// Nothing gets a lower oom_score_adj than shimd's own (lowering it needs
 	// CAP_SYS_RESOURCE, which some nodes lack: docs/operating.md).
 	minOOM := sandbox.OwnOOMScoreAdj(os.ReadFile)
@@ -283,7 +293,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Client: cl, ContainerdAddress: cfg.Containerd.Address, Namespace: cfg.Containerd.Namespace,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Handlers: handlerSet,
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef, PauseWhenNeeded: cfg.Sandbox.Pause == "when-needed",
-		MinOOMScoreAdj: minOOM, Cleanups: cleanups,
+		PauseRootfs: pauseRootfs, MinOOMScoreAdj: minOOM, Cleanups: cleanups,
 	})
 	cfgJSON, err := cfg.JSON()
 	if err != nil {

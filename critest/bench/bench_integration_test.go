@@ -115,6 +115,8 @@ type target struct {
 	daemons []int
 	// debugSocks are the debug sockets of the daemons that have one (burstProbes).
 	debugSocks []debugSock
+	// cpu is BENCH_CPU_CGROUP's group (nil: none), sampled with the machine.
+	cpu *cpuTree
 	// logDir ("": none) gives each pod a log directory below it and its container a
 	// CRI log there, as the kubelet does (<pod dir>/<container>/0.log).
 	logDir string

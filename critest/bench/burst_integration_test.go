@@ -38,7 +38,13 @@ func envInt(name string, def int) int {
 // + Start, and Stop + Remove; per burst: the wall time until the last pod ran / was
 // removed.
 func BenchmarkBurst(b *testing.B) {
+	tree := cpuTreeFromEnv(b) // before the daemons start, so that they count in it
 	p := newPair(b)
+	if tree != nil {
+		for _, tg := range []*target{p.shimd, p.cd} {
+			tg.cpu, tg.cgroupRoot = tree, tree.podRoot(tg.name)
+		}
+	}
 	sizes, err := parseCounts(cmp.Or(os.Getenv("BENCH_BURST_PODS"), "100,200"))
 	require.NoError(b, err, "BENCH_BURST_PODS")
 	burstRounds := envInt("BENCH_BURST_ROUNDS", 1)
