@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,11 +53,19 @@ spec:
 // TestKubeadmSmoke: kubeadm's static control plane on shimd, two nodes, flannel;
 // pods on both nodes reach each other by pod IP, a Service by ClusterIP and by
 // DNS name; kubectl exec, logs and port-forward into a pod on the second node;
-// kubeadm reset on every node at the end.
+// kubeadm reset on every node at the end. SHIMD_KUBEADM_NODES=3 joins more nodes.
 func TestKubeadmSmoke(t *testing.T) {
+	nodes := 2
+	if v := os.Getenv("SHIMD_KUBEADM_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			t.Fatalf("SHIMD_KUBEADM_NODES=%q: want a number of nodes >= 2", v)
+		}
+		nodes = n
+	}
 	start := time.Now()
-	c := Start(t, 2)
-	t.Logf("cluster of 2 nodes Ready after %s", time.Since(start).Round(time.Second))
+	c := Start(t, nodes)
+	t.Logf("cluster of %d nodes Ready after %s", nodes, time.Since(start).Round(time.Second))
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	t.Cleanup(func() { c.Reset(t) })
 

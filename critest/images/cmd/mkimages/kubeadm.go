@@ -56,7 +56,7 @@ func kubeImages(k8s, etcdTag, dnsTag, flannelTag string) []kubeImage {
 // kubeadmConfig is what buildKubeadm needs.
 type kubeadmConfig struct {
 	storage, cache, bin string // bin: the release's tools directory
-	force                   bool
+	force               bool
 }
 
 // buildKubeadm builds and pushes the kubeadm image set unless the stamp (a hash
