@@ -19,8 +19,9 @@ import (
 
 const nginx = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
 
-// smokePods: a web server on each node (app=web, behind the Service "web")
-// and a client on the second node that logs a line.
+// smokePods: a web server on each node (app=web, behind the Service "web"; the
+// second one with hostPort 8080), a web server in the second node's network
+// (hostNetwork) and a client on the second node that logs a line.
 const smokePods = `apiVersion: v1
 kind: Pod
 metadata: {name: web-1, labels: {app: web}}
@@ -33,6 +34,14 @@ kind: Pod
 metadata: {name: web-2, labels: {app: web}}
 spec:
   nodeName: %[2]s
+  containers: [{name: web, image: %[3]s, ports: [{containerPort: 80, hostPort: 8080}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: hostnet}
+spec:
+  nodeName: %[2]s
+  hostNetwork: true
   containers: [{name: web, image: %[3]s}]
 ---
 apiVersion: v1
@@ -52,8 +61,10 @@ spec:
 
 // TestKubeadmSmoke: kubeadm's static control plane on shimd, two nodes, flannel;
 // pods on both nodes reach each other by pod IP, a Service by ClusterIP and by
-// DNS name; kubectl exec, logs and port-forward into a pod on the second node;
-// kubeadm reset on every node at the end. SHIMD_KUBEADM_NODES=3 joins more nodes.
+// DNS name, a hostPort and a hostNetwork pod by the node's address; kubectl
+// exec, logs and port-forward into a pod on the second node; kubeadm reset on
+// every node at the end, then nothing of the cluster is left on the host.
+// SHIMD_KUBEADM_NODES=3 joins more nodes.
 func TestKubeadmSmoke(t *testing.T) {
 	nodes := 2
 	if v := os.Getenv("SHIMD_KUBEADM_NODES"); v != "" {
@@ -78,7 +89,7 @@ func TestKubeadmSmoke(t *testing.T) {
 	}
 
 	c.Apply(t, fmt.Sprintf(smokePods, n1.Name, n2.Name, nginx))
-	for _, p := range []string{"web-1", "web-2", "client"} {
+	for _, p := range []string{"web-1", "web-2", "hostnet", "client"} {
 		c.WaitFor(t, 3*time.Minute, "pod "+p+" Ready", func() error {
 			_, err := c.Kubectl(t, "wait", "--for=condition=Ready", "pod/"+p, "--timeout=5s")
 			return err
@@ -115,6 +126,9 @@ func TestKubeadmSmoke(t *testing.T) {
 	}
 	get("client", "http://"+svcIP+"/")
 	get("web-1", "http://web.default.svc.cluster.local/")
+	// hostPort and hostNetwork on the second node, from a pod on the first.
+	get("web-1", "http://"+n2.IP.String()+":8080/")
+	get("web-1", "http://"+n2.IP.String()+":80/")
 
 	// logs and exec into the pod on the second node.
 	if out, err := c.Kubectl(t, "logs", "client"); err != nil || !strings.Contains(out, "hello from "+n2.Name) {
