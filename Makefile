@@ -210,8 +210,10 @@ e2e-cluster: tools
 # A kubeadm cluster of 2 nodes on shimd, offline (critest/kubeadm, issue 47): kubeadm
 # init and join, static control plane, flannel, kube-proxy, CoreDNS; pod to pod across
 # nodes, a Service by ClusterIP and DNS name, exec, logs, port-forward; kubeadm reset
-# and nothing left on the host. About a minute once the tools and the kubeadm image
-# set (mkimages -kubeadm, 17 s) are built. Not yet part of check.
+# and nothing left on the host (TestKubeadmSmoke, about a minute); shimd restart,
+# containerd kill -9 and drain on a worker (TestKubeadmNodeLifecycle, about 1.5
+# minutes). The kubeadm image set (mkimages -kubeadm) takes 17 s the first time.
+# Not yet part of check.
 .PHONY: e2e-kubeadm
 e2e-kubeadm: tools
 	bash hack/tools.sh cluster && bash hack/tools.sh kubeadm && \

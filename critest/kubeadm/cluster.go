@@ -389,6 +389,9 @@ func (c *Cluster) Reset(t testing.TB) {
 		} else {
 			t.Logf("kubeadm reset on %s: %s\n%s", n.Name, time.Since(start).Round(time.Second), tail([]byte(out), 8))
 		}
+		if left := n.shimdLeftovers(t); len(left) > 0 {
+			t.Errorf("kubeadm reset on %s left of shimd's: %s", n.Name, strings.Join(left, "; "))
+		}
 	}
 }
 
@@ -416,4 +419,39 @@ func (c *Cluster) dump(t testing.TB) {
 		out, _ := c.Kubectl(t, "-n", f[0], "describe", "pod", f[1])
 		t.Logf("describe %s:\n%s", f[1], tail([]byte(out), 15))
 	}
+}
+
+// shimdLeftovers lists what of shimd's a node keeps after kubeadm reset, which
+// removes every pod through the CRI: pods, network namespaces, IP leases,
+// portmap's per-pod iptables chains, container cgroups.
+func (n *Node) shimdLeftovers(t testing.TB) []string {
+	var left []string
+	if out, err := n.Shimd.Crictl(t, "pods", "-q"); err != nil || strings.TrimSpace(out) != "" {
+		left = append(left, fmt.Sprintf("pods %q %v", out, err))
+	}
+	if es, _ := os.ReadDir(n.Shimd.NetnsDir()); len(es) > 0 {
+		left = append(left, fmt.Sprintf("%d netns in %s", len(es), n.Shimd.NetnsDir()))
+	}
+	leases, _ := filepath.Glob(n.Path("/var/lib/cni/networks/cbr0/198.*"))
+	if len(leases) > 0 {
+		left = append(left, "IP leases "+strings.Join(leases, " "))
+	}
+	if out, err := n.Run(t, "iptables-save", "-t", "nat"); err == nil {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, ":CNI-DN-") || strings.HasPrefix(l, "-A CNI-HOSTPORT-DNAT") {
+				left = append(left, "iptables "+l)
+			}
+		}
+	}
+	if hs, err := cgroupHierarchies(); err == nil {
+		for _, h := range hs {
+			filepath.WalkDir(filepath.Join(h, n.CgroupRoot), func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() && len(d.Name()) == 64 {
+					left = append(left, "cgroup "+p)
+				}
+				return nil
+			})
+		}
+	}
+	return left
 }

@@ -138,6 +138,15 @@ func TestKubeadmSmoke(t *testing.T) {
 		t.Errorf("kubectl exec client -- hostname: %q, %v", out, err)
 	}
 	portForward(t, c, "web-2")
+
+	// What kubeadm reset must clear (Reset checks it is gone) is there to see
+	// now: the check can fail.
+	left := strings.Join(n2.shimdLeftovers(t), "\n")
+	for _, want := range []string{"pods ", " netns in ", "IP leases ", "iptables :CNI-DN-", "cgroup "} {
+		if !strings.Contains(left, want) {
+			t.Errorf("before kubeadm reset, %s's shimd state shows no %q:\n%s", n2.Name, want, left)
+		}
+	}
 }
 
 // portForward runs kubectl port-forward to pod's port 80 and GETs a page through it.
