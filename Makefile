@@ -212,7 +212,8 @@ e2e-cluster: tools
 # nodes, a Service by ClusterIP and DNS name, exec, logs, port-forward; kubeadm reset
 # and nothing left on the host (TestKubeadmSmoke, about a minute); shimd restart,
 # containerd kill -9 and drain on a worker (TestKubeadmNodeLifecycle, about 1.5
-# minutes). The kubeadm image set (mkimages -kubeadm) takes 17 s the first time.
+# minutes); a node moved from containerd's CRI to shimd (TestKubeadmMoveNodeToShimd,
+# about a minute). The kubeadm image set (mkimages -kubeadm) takes 17 s the first time.
 # Not yet part of check.
 .PHONY: e2e-kubeadm
 e2e-kubeadm: tools

@@ -52,6 +52,16 @@ type Node struct {
 	Containerd *harness.Containerd
 	Shimd      *harness.Shimd
 	Kubelet    *harness.Daemon
+	// ContainerdCRI: the kubelet uses containerd's CRI plugin, not shimd.
+	ContainerdCRI bool
+}
+
+// CRIEndpoint is the CRI socket the node's kubelet uses.
+func (n *Node) CRIEndpoint() string {
+	if n.ContainerdCRI {
+		return "unix://" + n.Containerd.Address()
+	}
+	return n.Shimd.Endpoint()
 }
 
 // Path is where a path of the node (such as /etc/kubernetes/admin.conf) lies
@@ -94,7 +104,7 @@ func (n *Node) Run(t testing.TB, name string, args ...string) (string, error) {
 // namespaces (held by a sleeping process) with the node's own directories, and
 // starts containerd and shimd inside them. hostsDir is the registry config
 // (hosts.toml) shimd pulls with.
-func startNode(t testing.TB, nw *network, name string, ip net.IP, hostsDir string) *Node {
+func startNode(t testing.TB, nw *network, name string, ip net.IP, hostsDir string, containerdCRI bool) *Node {
 	t.Helper()
 	id := nw.id + "-" + name
 	n := &Node{Name: name, IP: ip, Dir: harness.NewBaseDir(t), CgroupRoot: "shimd-kadm-" + id,
@@ -111,8 +121,13 @@ func startNode(t testing.TB, nw *network, name string, ip net.IP, hostsDir strin
 	}
 	t.Cleanup(func() { removeCgroupRoot(t, n.CgroupRoot) })
 
-	n.Containerd = harness.StartContainerd(t, harness.ContainerdOptions{
-		Dir: filepath.Join(n.Dir, "ctrd"), Namespace: "shimd-kadm-" + id, Wrap: n.Wrap(), LogLevel: "info"})
+	copts := harness.ContainerdOptions{
+		Dir: filepath.Join(n.Dir, "ctrd"), Namespace: "shimd-kadm-" + id, Wrap: n.Wrap(), LogLevel: "info"}
+	if containerdCRI {
+		n.ContainerdCRI = true
+		copts.WithCRI, copts.CNIConfDir, copts.RegistryConfigPath = true, "/etc/cni/net.d", hostsDir
+	}
+	n.Containerd = harness.StartContainerd(t, copts)
 	shimdDir := filepath.Join(n.Dir, "shimd")
 	n.Shimd = harness.StartShimd(t, harness.ShimdOptions{
 		ContainerdAddress: n.Containerd.Address(),
