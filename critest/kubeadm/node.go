@@ -21,21 +21,24 @@ import (
 
 // nodeMounts are the host paths each node has its own copy of (a directory
 // under the node's Dir, bind-mounted in the node's mount namespace), by the
-// name of that directory.
+// name of that directory. /var/lib and /var/log are replaced whole: nothing in
+// a node needs the host's, and a mount point made on the host for
+// /var/lib/kubelet would meet critest/kubelet's tests, which check whether
+// /var/lib/kubelet existed before their kubelet and remove it if not.
 var nodeMounts = map[string]string{
-	"etc-kubernetes":     "/etc/kubernetes",
-	"var-lib-kubelet":    "/var/lib/kubelet",
-	"var-lib-etcd":       "/var/lib/etcd",
-	"var-log-pods":       "/var/log/pods",
-	"var-log-containers": "/var/log/containers",
-	"shimd/net.d":        "/etc/cni/net.d", // shimd's conf_dir: flannel's DaemonSet writes the network there
-	"var-lib-cni":        "/var/lib/cni",
-	"run-flannel":        "/run/flannel",
+	"etc-kubernetes": "/etc/kubernetes",
+	"var-lib":        "/var/lib",       // kubelet, etcd, cni (host-local's leases)
+	"var-log":        "/var/log",       // pods, containers
+	"shimd/net.d":    "/etc/cni/net.d", // shimd's conf_dir: flannel's DaemonSet writes the network there
+	"run-flannel":    "/run/flannel",
 	// kube-proxy's DaemonSet mounts /lib/modules (a hostPath without a type:
 	// the kubelet does not create it, and shimd refuses a missing source). Every
 	// real node has it; this machine's kernel has no modules directory.
 	"lib-modules": "/lib/modules",
 }
+
+// nodeSubdirs are made in each node's copies of /var/lib and /var/log.
+var nodeSubdirs = []string{"var-lib/kubelet", "var-lib/etcd", "var-lib/cni", "var-log/pods", "var-log/containers"}
 
 // Node is one node's namespaces and daemons.
 type Node struct {
@@ -109,7 +112,7 @@ func startNode(t testing.TB, nw *network, name string, ip net.IP, hostsDir strin
 	id := nw.id + "-" + name
 	n := &Node{Name: name, IP: ip, Dir: harness.NewBaseDir(t), CgroupRoot: "shimd-kadm-" + id,
 		netns: "shk-" + id, hostVeth: "shk" + nw.id + name}
-	for dir := range nodeMounts {
+	for _, dir := range append(mapKeys(nodeMounts), nodeSubdirs...) {
 		if err := os.MkdirAll(filepath.Join(n.Dir, dir), 0o755); err != nil {
 			harness.Fatalf(t, "kubeadm: %v", err)
 		}
@@ -332,4 +335,12 @@ func inUse(ipn *net.IPNet) bool {
 	addrs, _ := exec.Command("ip", "-4", "-o", "addr").Output()
 	prefix := strings.TrimSuffix(ipn.IP.String(), ".0") + "."
 	return bytes.Contains(out, []byte(prefix)) || bytes.Contains(addrs, []byte(prefix))
+}
+
+func mapKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }
