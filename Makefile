@@ -220,6 +220,19 @@ e2e-kubelet-skew: tools
 e2e-cluster: tools
 	bash hack/tools.sh cluster && $(GO) test -tags integration -count=1 -timeout 40m -run TestCluster -v ./critest/cluster/
 
+# A kubeadm cluster of 2 nodes on shimd, offline (critest/kubeadm, issue 47): kubeadm
+# init and join, static control plane, flannel, kube-proxy, CoreDNS; pod to pod across
+# nodes, a Service by ClusterIP and DNS name, exec, logs, port-forward; kubeadm reset
+# and nothing left on the host (TestKubeadmSmoke, about a minute); shimd restart,
+# containerd kill -9 and drain on a worker (TestKubeadmNodeLifecycle, about 1.5
+# minutes); a node moved from containerd's CRI to shimd (TestKubeadmMoveNodeToShimd,
+# about a minute). The kubeadm image set (mkimages -kubeadm) takes 17 s the first time.
+# Not yet part of check.
+.PHONY: e2e-kubeadm
+e2e-kubeadm: tools
+	bash hack/tools.sh cluster && bash hack/tools.sh kubeadm && \
+		$(GO) test -tags integration -count=1 -timeout 20m -run TestKubeadm -v ./critest/kubeadm/
+
 # The upstream Kubernetes v1.37.2 e2e tests focused on [NodeConformance] against the
 # one-node cluster, offline (critest/cluster, skips in critest/skip-node-conformance).
 # Not part of check. v1.37.2 has 389 such tests (v1.34.12: 166), 127 of them [Slow]

@@ -9,8 +9,9 @@
 #   hack/tools.sh cluster    kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            $KUBELET_VERSION and the etcd its go.mod uses, for the one-node
 #                            cluster (make e2e-cluster)
-#   hack/tools.sh kubeadm    kubeadm and kube-proxy $KUBELET_VERSION and CoreDNS
-#                            $COREDNS_VERSION (the one kubeadm of that release deploys):
+#   hack/tools.sh kubeadm    kubeadm and kube-proxy $KUBELET_VERSION, CoreDNS
+#                            $COREDNS_VERSION (the one kubeadm of that release deploys)
+#                            and flanneld $FLANNEL_VERSION:
 #                            the parts of a kubeadm cluster beyond the one-node cluster's
 #                            (issue 47; not part of all yet)
 #   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost and the
@@ -45,6 +46,8 @@ CRIU_VERSION=${CRIU_VERSION:-4.1.1}
 CRIU_DEBIAN_VERSION=${CRIU_DEBIAN_VERSION:-$CRIU_VERSION-1}
 # kubeadm v1.37.2 deploys CoreDNS v1.14.6 (cmd/kubeadm/app/constants: CoreDNSVersion).
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.6}
+# The pod network of the kubeadm cluster: flanneld (kube subnet manager, vxlan).
+FLANNEL_VERSION=${FLANNEL_VERSION:-v0.28.10}
 # Empty: the etcd version Kubernetes $KUBELET_VERSION's go.mod requires.
 ETCD_VERSION=${ETCD_VERSION:-}
 # One directory per Kubernetes release: the kubelet, the control plane, kubectl, etcd,
@@ -263,6 +266,38 @@ coredns_bin() {
 	}
 }
 
+# flanneld $FLANNEL_VERSION (the pod network of the kubeadm cluster, issue 47), static,
+# beside the release's binaries. flannel's main.go imports every backend; two cannot
+# be built here: tencentvpc needs a tencentcloud SDK module the proxy refuses (403)
+# and udp needs cgo. So its main.go is built in a throwaway module without those
+# two imports (vxlan, host-gw, ipip, wireguard, ipsec, extension stay). flannel's CNI
+# plugin (github.com/flannel-io/cni-plugin) is not served either: the cluster uses
+# the standard bridge + host-local plugins configured from flanneld's subnet.env.
+flannel_bin() {
+	if [ -x "$KBIN/flanneld" ] && grep -qxF "$FLANNEL_VERSION" <<<"$("$KBIN/flanneld" --version 2>&1 || true)"; then return 0; fi
+	log "building flanneld $FLANNEL_VERSION (about 2 minutes)"
+	local d
+	d=$(mktemp -d)
+	(
+		cd "$d"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0
+		go mod init x >/dev/null 2>&1
+		go mod download "github.com/flannel-io/flannel@$FLANNEL_VERSION"
+		src=$(go mod download -json "github.com/flannel-io/flannel@$FLANNEL_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+		grep -v -e '"github.com/flannel-io/flannel/pkg/backend/tencentvpc"' -e '"github.com/flannel-io/flannel/pkg/backend/udp"' \
+			"$src/main.go" >main.go
+		go mod edit -require="github.com/flannel-io/flannel@$FLANNEL_VERSION"
+		go mod tidy >/dev/null 2>&1
+		mkdir -p "$KBIN"
+		go build -ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" -o "$KBIN/flanneld" .
+	)
+	rm -rf "$d"
+	grep -qxF "$FLANNEL_VERSION" <<<"$("$KBIN/flanneld" --version 2>&1 || true)" || {
+		log "the flanneld built says: $("$KBIN/flanneld" --version 2>&1 || true)"
+		return 1
+	}
+}
+
 # k8s_require module: the version of module that k8s.io/kubernetes $KUBELET_VERSION's
 # go.mod requires (from the module cache; the proxy the first time).
 k8s_require() {
@@ -454,7 +489,7 @@ runsc) runsc_bins ;;
 criu) criu_bin ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 e2e) e2e_bins ;;
-kubeadm) kube_bins kubeadm kube-proxy; coredns_bin ;;
+kubeadm) kube_bins kubeadm kube-proxy; coredns_bin; flannel_bin ;;
 all) debs; containerd_bins; runc_bin; criu_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 *) echo "usage: $0 debs|containerd|containerd-profiled|runc|critools|kubelet|runsc|criu|cluster|kubeadm|e2e|all" >&2; exit 2 ;;
 esac

@@ -62,6 +62,11 @@ type ContainerdOptions struct {
 	// of the binary (3 for 2.x, 2 for 1.6; see MajorVersion) and must not
 	// repeat a table the harness writes (see ConfigPath).
 	ExtraConfig string
+
+	// Wrap is a command line containerd runs under, such as "nsenter -t PID -m
+	// -u -n --" for a daemon inside a node's namespaces (critest/kubeadm); it
+	// must exec containerd in place, so that the PID stays containerd's.
+	Wrap []string
 }
 
 // Containerd is a containerd daemon started by the harness.
@@ -135,6 +140,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 			args:    []string{"--config", cfgPath},
 			env:     daemonEnv(tools.BinDir + ":" + filepath.Dir(tools.RunscShim)),
 			logPath: filepath.Join(dir, "containerd.log"),
+			wrap:    opts.Wrap,
 		},
 	}
 	c.proc.logOnFailure(t)

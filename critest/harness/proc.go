@@ -23,6 +23,9 @@ type daemon struct {
 	args    []string
 	env     []string // nil: inherit
 	logPath string
+	// wrap is a command line the daemon runs under ("nsenter -t PID -m -n
+	// --", which execs it in place, so the PID is the daemon's); nil: none.
+	wrap []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -44,6 +47,9 @@ func (d *daemon) start() error {
 	fmt.Fprintf(logf, "\n===== harness: %s starting at %s: %s %q\n",
 		d.name, time.Now().Format(time.RFC3339Nano), d.path, d.args)
 	cmd := exec.Command(d.path, d.args...)
+	if len(d.wrap) > 0 {
+		cmd = exec.Command(d.wrap[0], append(append(append([]string{}, d.wrap[1:]...), d.path), d.args...)...)
+	}
 	cmd.Env = d.env
 	cmd.Stdout = logf
 	cmd.Stderr = logf

@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -51,6 +52,12 @@ type RegistryOptions struct {
 	// Writable gives the registry a private copy of the image set (blobs
 	// hard-linked, repository metadata copied) that a test may push to.
 	Writable bool
+	// Storage is the directory to serve instead of the offline image set
+	// (read-only; nothing builds it): the kubeadm set, for one.
+	Storage string
+	// IP is the address to listen on. Empty: 127.0.0.1. Nodes in network
+	// namespaces of their own (critest/kubeadm) reach it on their bridge.
+	IP string
 }
 
 // Registry is a docker-registry on 127.0.0.1 started by the harness.
@@ -111,7 +118,12 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 	if _, err := os.Stat(RegistryBinary); err != nil {
 		t.Fatalf("harness: %v (apt-get install docker-registry)", err)
 	}
-	shared := EnsureImages(t)
+	var shared string
+	if opts.Storage != "" {
+		shared = opts.Storage
+	} else {
+		shared = EnsureImages(t)
+	}
 	dir := opts.Dir
 	if dir == "" {
 		dir = NewBaseDir(t)
@@ -132,7 +144,7 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 	}
 	var err error
 	for attempt := 0; attempt < 3; attempt++ { // another process may take the free port first
-		if err = r.start(dir, htpasswd, !opts.Writable); err == nil {
+		if err = r.start(dir, htpasswd, or(opts.IP, "127.0.0.1"), !opts.Writable); err == nil {
 			break
 		}
 	}
@@ -144,12 +156,12 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 	return r
 }
 
-func (r *Registry) start(dir, htpasswd string, readOnly bool) error {
+func (r *Registry) start(dir, htpasswd, ip string, readOnly bool) error {
 	port, err := FreeTCPPort()
 	if err != nil {
 		return err
 	}
-	r.host = "127.0.0.1:" + strconv.Itoa(port)
+	r.host = net.JoinHostPort(ip, strconv.Itoa(port))
 	cfg := fmt.Sprintf(`version: 0.1
 log:
   level: info
@@ -196,7 +208,7 @@ http:
 	return err
 }
 
-// Host is "127.0.0.1:PORT".
+// Host is "127.0.0.1:PORT" (or RegistryOptions.IP:PORT).
 func (r *Registry) Host() string { return r.host }
 
 // URL is "http://127.0.0.1:PORT".

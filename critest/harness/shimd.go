@@ -62,6 +62,8 @@ type ShimdOptions struct {
 	// NRIRequestTimeout is nri.plugin_request_timeout. Zero: the key is left out
 	// (shimd's default, 2 s).
 	NRIRequestTimeout time.Duration
+	// Wrap is a command line shimd runs under (see ContainerdOptions.Wrap).
+	Wrap []string
 }
 
 // PauseMode is the sandbox.pause a test environment gets when its ShimdOptions.Pause
@@ -139,6 +141,7 @@ func StartShimd(t testing.TB, opts ShimdOptions) *Shimd {
 		args:    []string{"--config", s.cfgPath},
 		env:     append(daemonEnv(tools.BinDir), opts.Env...),
 		logPath: filepath.Join(dir, "shimd.log"),
+		wrap:    opts.Wrap,
 	}
 	s.proc.logOnFailure(t)
 	showLog(t, "shimd", s.proc.logPath)

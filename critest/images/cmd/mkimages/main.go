@@ -52,12 +52,22 @@ func main() {
 	clean := flag.Bool("clean", false, "empty the storage first (drops names no longer in the set); implies -force")
 	agnhost := flag.String("agnhost", filepath.Join(k8sversion.BinDir(envOr("SHIMD_TOOLS", defaultTools)), "agnhost"),
 		"the agnhost binary for registry.k8s.io/e2e-test-images/agnhost (hack/tools.sh e2e, of the Kubernetes release KUBELET_VERSION); the image is left out when it is missing")
+	kubeadm := flag.Bool("kubeadm", false, "build the kubeadm cluster's image set (control plane, kube-proxy, etcd, CoreDNS, flannel) from hack/tools.sh kubeadm's binaries instead, into -storage (default "+defaultKubeadmStorage+")")
 	flag.Parse()
 	start := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "mkimages [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	if err := build(config{storage: *storage, cache: *cache, agnhost: *agnhost, force: *force, clean: *clean}, logf); err != nil {
+	if *kubeadm {
+		if !isFlagSet("storage") {
+			*storage = envOr("SHIMD_KUBEADM_REGISTRY_STORAGE", defaultKubeadmStorage)
+		}
+		bin := k8sversion.BinDir(envOr("SHIMD_TOOLS", defaultTools))
+		if err := buildKubeadm(kubeadmConfig{storage: *storage, cache: *cache, bin: bin, force: *force || *clean}, logf); err != nil {
+			fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
+			os.Exit(1)
+		}
+	} else if err := build(config{storage: *storage, cache: *cache, agnhost: *agnhost, force: *force, clean: *clean}, logf); err != nil {
 		fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
 		os.Exit(1)
 	}
@@ -298,6 +308,12 @@ func writeAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+func isFlagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func envOr(k, def string) string {

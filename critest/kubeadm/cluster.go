@@ -1,0 +1,477 @@
+//go:build integration
+
+package kubeadm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shimd/shimd/critest/cluster"
+	"github.com/shimd/shimd/critest/harness"
+	"github.com/shimd/shimd/critest/kubelet"
+)
+
+// The cluster's address plan, all inside 198.18.0.0/15: pods in 198.18.0.0/16
+// (a /24 per node, flannel), Services in ServiceSubnet, nodes in a /24 of
+// 198.19.200.0-198.19.249.0 on the test bridge.
+const (
+	PodSubnet     = "198.18.0.0/16"
+	ServiceSubnet = "198.19.160.0/20"
+	// Token is the bootstrap token kubeadm init creates and kubeadm join uses.
+	Token = "shimdk.0123456789abcdef"
+)
+
+// Bin is a binary of the Kubernetes release hack/tools.sh kubeadm builds.
+func Bin(name string) string { return filepath.Join(filepath.Dir(kubelet.Binary()), name) }
+
+// Cluster is a kubeadm cluster of Nodes; Nodes[0] is the control plane.
+type Cluster struct {
+	// Cluster gives kubectl (Kubectl, KubectlIn, KubectlCmd, Apply) as
+	// cluster-admin with the first node's admin.conf, from the host.
+	*cluster.Cluster
+	Nodes    []*Node
+	net      *network
+	hostsDir string
+	dir      string
+}
+
+// Start builds a cluster of n nodes: the registries, the network, kubeadm init
+// on the first node and kubeadm join on the others, then flannel; it waits
+// until every node is Ready.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return StartWith(t, Options{Nodes: n})
+}
+
+// Options configures StartWith.
+type Options struct {
+	Nodes int
+	// ContainerdCRI names the nodes whose kubelet uses containerd's own CRI
+	// plugin (enabled on that node's containerd, beside shimd) instead of shimd:
+	// the starting point of a move to shimd.
+	ContainerdCRI map[string]bool
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	n := opts.Nodes
+	for _, b := range []string{"kubeadm", "kubelet", "kubectl", "flanneld", "kube-proxy", "coredns"} {
+		if _, err := os.Stat(Bin(b)); err != nil {
+			t.Skipf("no %s: build it with hack/tools.sh kubeadm", Bin(b))
+		}
+	}
+	leaks := startLeakCheck(t)
+	restore := saveSysctls(t)
+	t.Cleanup(restore)
+	c := &Cluster{dir: harness.NewBaseDir(t)}
+	c.Cluster = &cluster.Cluster{Dir: c.dir}
+	c.net = newNetwork(t)
+	leaks.id = c.net.id
+	c.startRegistries(t)
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("node%d", i)
+		c.Nodes = append(c.Nodes, startNode(t, c.net, name, c.net.nodeIP(i), c.hostsDir, opts.ContainerdCRI[name]))
+		leaks.dirs = append(leaks.dirs, c.Nodes[i-1].Dir)
+	}
+	c.initFirst(t)
+	for _, node := range c.Nodes[1:] {
+		c.join(t, node)
+	}
+	c.installFlannel(t)
+	for _, node := range c.Nodes {
+		c.WaitFor(t, 3*time.Minute, "node "+node.Name+" Ready", func() error {
+			out, err := c.Kubectl(t, "get", "node", node.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			if err == nil && out != "True" {
+				err = fmt.Errorf("Ready=%q", out)
+			}
+			return err
+		})
+	}
+	return c
+}
+
+// startRegistries serves the test image set and the kubeadm image set on the
+// bridge's host address and writes hosts.toml files that send every upstream
+// registry to them, tried in turn, and nowhere else.
+func (c *Cluster) startRegistries(t testing.TB) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	cmd := exec.Command("go", "run", "./critest/images/cmd/mkimages", "-kubeadm")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		harness.Fatalf(t, "kubeadm: building the kubeadm image set: %v\n%s", err, out)
+	}
+	storage := os.Getenv("SHIMD_KUBEADM_REGISTRY_STORAGE")
+	if storage == "" {
+		storage = "/var/cache/shimd/registry-kubeadm"
+	}
+	ip := c.net.gateway.String()
+	regs := []*harness.Registry{
+		harness.StartRegistry(t, harness.RegistryOptions{IP: ip, Storage: storage}),
+		harness.StartRegistry(t, harness.RegistryOptions{IP: ip}),
+	}
+	c.hostsDir = filepath.Join(c.dir, "hosts")
+	for _, h := range append(harness.MirroredHosts, "ghcr.io") {
+		var b strings.Builder
+		fmt.Fprintf(&b, "# critest/kubeadm: every pull goes to the local registries only.\nserver = %q\n", regs[0].URL())
+		for _, r := range regs {
+			fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", r.URL())
+		}
+		if err := os.MkdirAll(filepath.Join(c.hostsDir, h), 0o755); err != nil {
+			harness.Fatalf(t, "kubeadm: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(c.hostsDir, h, "hosts.toml"), []byte(b.String()), 0o644); err != nil {
+			harness.Fatalf(t, "kubeadm: %v", err)
+		}
+	}
+}
+
+// preflightIgnored are kubeadm's preflight checks this host cannot pass: it
+// has swap on and a cgroup v1 kernel (SystemVerification warns of v1), and
+// no systemd to manage the kubelet service (the test starts the kubelet).
+var preflightIgnored = []string{"Swap", "SystemVerification", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables", "Service-Kubelet"}
+
+func (c *Cluster) nodeRegistration(n *Node) string {
+	return fmt.Sprintf(`nodeRegistration:
+  name: %s
+  criSocket: %s
+  imagePullPolicy: IfNotPresent
+  ignorePreflightErrors: [%s]
+  taints: []
+  kubeletExtraArgs:
+  - {name: node-ip, value: %q}
+  - {name: cgroup-root, value: %q}
+`, n.Name, n.CRIEndpoint(), strings.Join(preflightIgnored, ", "), n.IP, "/"+n.CgroupRoot)
+}
+
+// initFirst runs kubeadm init on the first node.
+func (c *Cluster) initFirst(t testing.TB) {
+	t.Helper()
+	n := c.Nodes[0]
+	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+bootstrapTokens:
+- token: %q
+  ttl: 1h
+localAPIEndpoint:
+  advertiseAddress: %s
+  bindPort: 6443
+%s---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: %s
+clusterName: shimd-kubeadm
+controlPlaneEndpoint: "%s:6443"
+networking:
+  podSubnet: %s
+  serviceSubnet: %s
+  dnsDomain: cluster.local
+etcd:
+  local:
+    dataDir: /var/lib/etcd
+    extraArgs:
+    - {name: unsafe-no-fsync, value: "true"}
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+resolvConf: ""
+---
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+conntrack:
+  maxPerCore: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, Token, n.IP, c.nodeRegistration(n), version(t), n.IP, PodSubnet, ServiceSubnet)
+	path := filepath.Join(n.Dir, "kubeadm-init.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	c.kubeadm(t, n, "init", "--config", path, "--v", "2")
+	c.Kubeconfig = n.Path("/etc/kubernetes/admin.conf")
+	// CoreDNS forwards nowhere: its Corefile without the forward plugin.
+	cm, err := c.Kubectl(t, "-n", "kube-system", "get", "configmap", "coredns", "-o", "json")
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	patched := strings.Join(dropForward(strings.Split(cm, `\n`)), `\n`)
+	if patched == cm {
+		harness.Fatalf(t, "kubeadm: no forward line in CoreDNS's Corefile: %s", cm)
+	}
+	if out, err := c.KubectlIn(t, strings.NewReader(patched), "replace", "-f", "-"); err != nil {
+		harness.Fatalf(t, "kubeadm: %v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(t, "-n", "kube-system", "rollout", "restart", "deployment", "coredns"); err != nil {
+		harness.Fatalf(t, "kubeadm: %v\n%s", err, out)
+	}
+}
+
+// join runs kubeadm join on n against the first node.
+func (c *Cluster) join(t testing.TB, n *Node) {
+	t.Helper()
+	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: "%s:6443"
+    token: %q
+    caCertHashes: [%q]
+%s`, c.Nodes[0].IP, Token, caHash(t, c.Nodes[0].Path("/etc/kubernetes/pki/ca.crt")), c.nodeRegistration(n))
+	path := filepath.Join(n.Dir, "kubeadm-join.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	c.kubeadm(t, n, "join", "--config", path, "--v", "2")
+}
+
+// kubeadm runs kubeadm init or join in the node and, when kubeadm has written
+// the kubelet's config and flags (its kubelet-start phase, where it would ask
+// systemd to start the kubelet), starts the kubelet in the node.
+func (c *Cluster) kubeadm(t testing.TB, n *Node, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	logPath := filepath.Join(n.Dir, "kubeadm-"+args[0]+".log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	defer log.Close()
+	cmd := n.Command(ctx, Bin("kubeadm"), args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its preflight runs "kubelet --version".
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(Bin("kubelet"))+":"+os.Getenv("PATH"))
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	flags := n.Path("/var/lib/kubelet/kubeadm-flags.env")
+	started := false
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				b, _ := os.ReadFile(logPath)
+				harness.Fatalf(t, "kubeadm %s on %s: %v\n%s", args[0], n.Name, err, tail(b, 60))
+			}
+			t.Logf("kubeadm %s on %s: %s", args[0], n.Name, time.Since(start).Round(time.Second))
+			if !started {
+				harness.Fatalf(t, "kubeadm %s on %s finished without writing %s", args[0], n.Name, flags)
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if !started && exists(flags) && exists(n.Path("/var/lib/kubelet/config.yaml")) {
+			n.startKubelet(t)
+			started = true
+		}
+	}
+}
+
+// startKubelet starts the kubelet in the node as kubeadm's systemd drop-in
+// does: its flags file, the bootstrap and final kubeconfigs, the config file.
+func (n *Node) startKubelet(t testing.TB) {
+	t.Helper()
+	b, err := os.ReadFile(n.Path("/var/lib/kubelet/kubeadm-flags.env"))
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	line := strings.TrimSpace(string(b))
+	line = strings.TrimPrefix(line, "KUBELET_KUBEADM_ARGS=")
+	line = strings.Trim(line, `"`)
+	args := append(n.Wrap()[1:], Bin("kubelet"),
+		"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf",
+		"--config=/var/lib/kubelet/config.yaml")
+	args = append(args, strings.Fields(line)...)
+	n.Kubelet = harness.StartDaemon(t, "kubelet "+n.Name, "nsenter", args, filepath.Join(n.Dir, "kubelet.log"), time.Minute, nil)
+	t.Cleanup(func() {
+		// The kubelet bind-mounts its root dir: gone with the mount namespace.
+		n.Kubelet.Stop()
+	})
+}
+
+// caHash is kubeadm's discovery hash of the cluster CA: sha256 of its public key info.
+func caHash(t testing.TB, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		harness.Fatalf(t, "kubeadm: no PEM in %s", path)
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// version is the Kubernetes release of the binaries (kubeadm version -o short).
+func version(t testing.TB) string {
+	out, err := exec.Command(Bin("kubeadm"), "version", "-o", "short").Output()
+	if err != nil {
+		harness.Fatalf(t, "kubeadm version: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// WaitFor is cluster.Cluster's WaitFor that logs the cluster's pods and the
+// logs of those not ready when it gives up.
+func (c *Cluster) WaitFor(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	c.Cluster.WaitFor(t, timeout, what, func() error {
+		err := check()
+		if err != nil && time.Now().After(deadline) {
+			c.dump(t)
+		}
+		return err
+	})
+}
+
+// hostSysctls are what the kubelet sets host-wide (they are not per network
+// namespace); saved and restored.
+var hostSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+
+func saveSysctls(t testing.TB) func() {
+	saved := map[string][]byte{}
+	for _, s := range hostSysctls {
+		b, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			harness.Fatalf(t, "kubeadm: %v", err)
+		}
+		saved[s] = b
+	}
+	return func() {
+		for s, b := range saved {
+			if err := os.WriteFile("/proc/sys/"+s, b, 0o644); err != nil {
+				t.Errorf("kubeadm: restore %s: %v", s, err)
+			}
+		}
+	}
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func tail(b []byte, n int) string {
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Reset stops each node's kubelet and runs kubeadm reset there (workers first),
+// as an operator tears a cluster down; it fails the test if one fails.
+func (c *Cluster) Reset(t testing.TB) {
+	t.Helper()
+	for i := len(c.Nodes) - 1; i >= 0; i-- {
+		n := c.Nodes[i]
+		if n.Kubelet != nil {
+			n.Kubelet.Stop()
+		}
+		start := time.Now()
+		if out, err := n.Run(t, Bin("kubeadm"), "reset", "-f", "--cri-socket", n.CRIEndpoint()); err != nil {
+			t.Errorf("kubeadm reset: %v", err)
+		} else {
+			t.Logf("kubeadm reset on %s: %s\n%s", n.Name, time.Since(start).Round(time.Second), tail([]byte(out), 8))
+		}
+		if n.ContainerdCRI {
+			continue
+		}
+		if left := n.shimdLeftovers(t); len(left) > 0 {
+			t.Errorf("kubeadm reset on %s left of shimd's: %s", n.Name, strings.Join(left, "; "))
+		}
+	}
+}
+
+// dump logs the cluster's pods and the logs of those not running, for a failure.
+func (c *Cluster) dump(t testing.TB) {
+	t.Helper()
+	out, _ := c.Kubectl(t, "get", "pods", "-A", "-o", "wide")
+	t.Logf("kubectl get pods -A:\n%s", out)
+	out, _ = c.Kubectl(t, "get", "nodes", "-o", "wide")
+	t.Logf("kubectl get nodes:\n%s", out)
+	lines, _ := c.Kubectl(t, "get", "pods", "-A", "--no-headers", "-o", "custom-columns=NS:.metadata.namespace,NAME:.metadata.name,READY:.status.containerStatuses[*].ready")
+	for _, l := range strings.Split(lines, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || !strings.Contains(f[2], "false") && f[2] != "<none>" {
+			continue
+		}
+		for _, prev := range []string{"", "--previous"} {
+			args := []string{"-n", f[0], "logs", f[1], "--all-containers", "--tail", "30"}
+			if prev != "" {
+				args = append(args, prev)
+			}
+			out, err := c.Kubectl(t, args...)
+			t.Logf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		out, _ := c.Kubectl(t, "-n", f[0], "describe", "pod", f[1])
+		t.Logf("describe %s:\n%s", f[1], tail([]byte(out), 15))
+	}
+}
+
+// shimdLeftovers lists what of shimd's a node keeps after kubeadm reset, which
+// removes every pod through the CRI: pods, network namespaces, IP leases,
+// portmap's per-pod iptables chains, container cgroups.
+func (n *Node) shimdLeftovers(t testing.TB) []string {
+	var left []string
+	if out, err := n.Shimd.Crictl(t, "pods", "-q"); err != nil || strings.TrimSpace(out) != "" {
+		left = append(left, fmt.Sprintf("pods %q %v", out, err))
+	}
+	if es, _ := os.ReadDir(n.Shimd.NetnsDir()); len(es) > 0 {
+		left = append(left, fmt.Sprintf("%d netns in %s", len(es), n.Shimd.NetnsDir()))
+	}
+	leases, _ := filepath.Glob(n.Path("/var/lib/cni/networks/cbr0/198.*"))
+	if len(leases) > 0 {
+		left = append(left, "IP leases "+strings.Join(leases, " "))
+	}
+	if out, err := n.Run(t, "iptables-save", "-t", "nat"); err == nil {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, ":CNI-DN-") || strings.HasPrefix(l, "-A CNI-HOSTPORT-DNAT") {
+				left = append(left, "iptables "+l)
+			}
+		}
+	}
+	if hs, err := cgroupHierarchies(); err == nil {
+		for _, h := range hs {
+			filepath.WalkDir(filepath.Join(h, n.CgroupRoot), func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() && len(d.Name()) == 64 {
+					left = append(left, "cgroup "+p)
+				}
+				return nil
+			})
+		}
+	}
+	return left
+}
