@@ -13,7 +13,7 @@
 #                            $COREDNS_VERSION (the one kubeadm of that release deploys)
 #                            and flanneld $FLANNEL_VERSION:
 #                            the parts of a kubeadm cluster beyond the one-node cluster's
-#                            (issue 47; not part of all yet)
+#                            (issue 47; part of all: make check runs the kubeadm smoke)
 #   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost and the
 #                            ginkgo CLI of e2e.test's ginkgo, $KUBELET_VERSION (make
 #                            node-conformance; about 15 minutes and 4 GB of memory the first time)
@@ -490,6 +490,6 @@ criu) criu_bin ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 e2e) e2e_bins ;;
 kubeadm) kube_bins kubeadm kube-proxy; coredns_bin; flannel_bin ;;
-all) debs; containerd_bins; runc_bin; criu_bin; critools; kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
+all) debs; containerd_bins; runc_bin; criu_bin; critools; kube_bins "${KUBE_BINS[@]}" kubeadm kube-proxy; etcd_bin; coredns_bin; flannel_bin ;;
 *) echo "usage: $0 debs|containerd|containerd-profiled|runc|critools|kubelet|runsc|criu|cluster|kubeadm|e2e|all" >&2; exit 2 ;;
 esac
