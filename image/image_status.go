@@ -42,15 +42,26 @@ func (s *Service) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRe
 	return resp, nil
 }
 
-// unpackedFor tells whether img's layers are unpacked in snapshotter.
+// unpackedFor tells whether img's layers are unpacked in snapshotter. A chain found
+// once is remembered until the image records change (listCache.unpacked): asking the
+// snapshotter is a call to containerd, slow while it is busy starting pods.
 func (s *Service) unpackedFor(ctx context.Context, img *Image, snapshotter string) (bool, error) {
 	diffIDs := img.Config.RootFS.DiffIDs
 	if len(diffIDs) == 0 {
 		return true, nil
 	}
+	key := img.ID + " " + snapshotter
+	if s.list.knownUnpacked(key) {
+		return true, nil
+	}
+	gen := s.list.generation()
 	_, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, identity.ChainID(diffIDs).String())
+	if err == nil {
+		s.list.sawUnpacked(key, gen)
+		return true, nil
+	}
 	if !errdefs.IsNotFound(err) {
-		return err == nil, err
+		return false, err
 	}
 	// Not unpacked there; an image whose layers are stored (an imported one, such
 	// as the built-in pause image) is unpacked on use.

@@ -104,6 +104,36 @@ type listCache struct {
 	at     uint64 // gen when images was listed; valid only if it is still gen
 	ok     bool
 	until  time.Time
+	// unpacked holds "id snapshotter" of the listed images found unpacked there
+	// (ImageStatus asks before every container the kubelet creates); it goes with
+	// images. A layer chain goes only when no image record holds it any more, which
+	// is a change of the records.
+	unpacked map[string]bool
+}
+
+// knownUnpacked tells whether the image was found unpacked in snapshotter since the
+// records last changed.
+func (c *listCache) knownUnpacked(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live && c.ok && c.at == c.gen && time.Now().Before(c.until) && c.unpacked[key]
+}
+
+// sawUnpacked records that the image was found unpacked, if the records have not
+// changed since gen.
+func (c *listCache) sawUnpacked(key string, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ok && c.at == gen && c.gen == gen {
+		c.unpacked[key] = true
+	}
+}
+
+// generation is the count of the changes seen so far.
+func (c *listCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
 }
 
 const listCacheTTL = 30 * time.Second
@@ -144,6 +174,7 @@ func (s *Service) List(ctx context.Context) ([]*Image, error) {
 	c.mu.Lock()
 	if c.live && c.gen == gen {
 		c.images, c.at, c.ok, c.until = out, gen, true, time.Now().Add(listCacheTTL)
+		c.unpacked = map[string]bool{}
 	}
 	c.mu.Unlock()
 	return out, nil

@@ -159,3 +159,26 @@ func TestDownloadApply(t *testing.T) {
 		}
 	}
 }
+
+func TestListCacheRemembersUnpackedUntilRecordsChange(t *testing.T) {
+	c := &listCache{live: true}
+	c.images, c.at, c.ok, c.until, c.unpacked = nil, 0, true, time.Now().Add(time.Minute), map[string]bool{}
+	if c.knownUnpacked("a overlayfs") {
+		t.Fatal("known before it was seen")
+	}
+	c.sawUnpacked("a overlayfs", c.generation())
+	if !c.knownUnpacked("a overlayfs") || c.knownUnpacked("a native") {
+		t.Fatal("not remembered per image and snapshotter")
+	}
+	gen := c.generation()
+	c.gen++ // ImagesChanged
+	if c.knownUnpacked("a overlayfs") {
+		t.Fatal("still known after the records changed")
+	}
+	c.sawUnpacked("b overlayfs", gen) // a Stat begun before the change
+	c.at = c.gen                      // the list is read again
+	c.unpacked = map[string]bool{}
+	if c.knownUnpacked("b overlayfs") {
+		t.Fatal("a result from before the change was kept")
+	}
+}
