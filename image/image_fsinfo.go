@@ -6,14 +6,20 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/continuity/fs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // ImageFsInfo reports the filesystem of each snapshotter in use: committed snapshots
 // (image layers) as the image filesystem, active ones (container layers) as the
-// container filesystem, both at the snapshotter's root directory.
+// container filesystem, both at the snapshotter's root directory. With a split image
+// filesystem (Options.ContainerFsDir) the container filesystem is that directory's,
+// with the usage of the writable layers there; every snapshot, active ones included
+// (pods' pause containers, pods with a user namespace), counts on the image
+// filesystem, where it lies. The kubelet sees the split from the two mountpoints.
 func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	resp := &runtimeapi.ImageFsInfoResponse{}
+	split := s.opts.ContainerFsDir != ""
 	seen := map[string]bool{}
 	for _, sn := range s.opts.Snapshotters {
 		if seen[sn] {
@@ -29,8 +35,20 @@ func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequ
 			return nil, err
 		}
 		now := time.Now().UnixNano()
+		if split {
+			image.Add(container)
+		} else {
+			resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(root, now, container))
+		}
 		resp.ImageFilesystems = append(resp.ImageFilesystems, fsUsage(root, now, image))
-		resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(root, now, container))
+	}
+	if split {
+		u, err := fs.DiskUsage(ctx, s.opts.ContainerFsDir)
+		if err != nil {
+			return nil, fmt.Errorf("usage of container_fs_dir: %w", err)
+		}
+		resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(s.opts.ContainerFsDir, time.Now().UnixNano(),
+			snapshots.Usage{Size: u.Size, Inodes: u.Inodes}))
 	}
 	return resp, nil
 }
