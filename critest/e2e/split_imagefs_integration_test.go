@@ -5,7 +5,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,37 +17,12 @@ import (
 	"github.com/shimd/shimd/critest/harness"
 )
 
-// loopFS makes an ext4 filesystem of size in a file, loop-mounts it and returns its
-// mount point. A cleanup unmounts it (the loop device goes with it: mount -o loop
-// sets autoclear); register it before whatever uses it, so that it runs after.
-func loopFS(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, "fs.img"), filepath.Join(dir, "mnt")
-	require.NoError(t, os.Mkdir(mnt, 0o755))
-	for _, cmd := range [][]string{
-		{"truncate", "-s", size, img},
-		{"mkfs.ext4", "-q", "-F", img},
-		{"mount", "-o", "loop", img, mnt},
-	} {
-		out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
-		require.NoError(t, err, "%v: %s", cmd, out)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Logf("unmount %s: %v; detaching", mnt, err)
-			_ = unix.Unmount(mnt, unix.MNT_DETACH)
-		}
-	})
-	return mnt
-}
-
 // splitEnv starts containerd with its overlayfs snapshotter (the image filesystem)
 // on one small loop-mounted filesystem and shimd with container_fs_dir on another.
 func splitEnv(t *testing.T) (env *harness.Env, imageFs, containerFs string) {
 	t.Helper()
-	imageFs = filepath.Join(loopFS(t, "200M"), "snapshotter")
-	containerFs = filepath.Join(loopFS(t, "200M"), "containers")
+	imageFs = filepath.Join(harness.LoopFS(t, "200M"), "snapshotter")
+	containerFs = filepath.Join(harness.LoopFS(t, "200M"), "containers")
 	env, _ = imageEnv(t, harness.Options{
 		Containerd: harness.ContainerdOptions{ExtraConfig: fmt.Sprintf("[plugins.'io.containerd.snapshotter.v1.overlayfs']\n  root_path = %q\n", imageFs)},
 		Shimd:      harness.ShimdOptions{ExtraConfig: fmt.Sprintf("container_fs_dir = %q\n", containerFs)},
