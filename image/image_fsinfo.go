@@ -2,7 +2,10 @@ package image
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -43,12 +46,11 @@ func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequ
 		resp.ImageFilesystems = append(resp.ImageFilesystems, fsUsage(root, now, image))
 	}
 	if split {
-		u, err := fs.DiskUsage(ctx, s.opts.ContainerFsDir)
+		u, err := dirUsage(ctx, s.opts.ContainerFsDir)
 		if err != nil {
 			return nil, fmt.Errorf("usage of container_fs_dir: %w", err)
 		}
-		resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(s.opts.ContainerFsDir, time.Now().UnixNano(),
-			snapshots.Usage{Size: u.Size, Inodes: u.Inodes}))
+		resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(s.opts.ContainerFsDir, time.Now().UnixNano(), u))
 	}
 	return resp, nil
 }
@@ -111,4 +113,25 @@ func (s *Service) snapshotterRoot(ctx context.Context, snapshotter string) (stri
 		}
 	}
 	return "", fmt.Errorf("snapshotter %s reports no root directory", snapshotter)
+}
+
+// dirUsage adds up the disk usage of dir's entries (the containers' writable layers);
+// an entry removed while it is measured (its container removed) is left out.
+func dirUsage(ctx context.Context, dir string) (snapshots.Usage, error) {
+	var total snapshots.Usage
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return total, err
+	}
+	for _, e := range entries {
+		u, err := fs.DiskUsage(ctx, filepath.Join(dir, e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+		total.Add(snapshots.Usage{Size: u.Size, Inodes: u.Inodes})
+	}
+	return total, nil
 }
