@@ -41,7 +41,7 @@ func statfs(t *testing.T, path string) (capacity, free uint64) {
 // also holds the kubelet's root dir (its nodefs), and checks what the kubelet v1.37
 // does with it:
 //   - image GC: with the image filesystem past imageGCHighThresholdPercent, the
-//     kubelet removes the unused image (its first GC, at its start, finds no stats
+//     kubelet removes the unused image (its first GC, at its start, may find no stats
 //     yet; the next runs 5 minutes later);
 //   - /stats/summary: node.runtime.imageFs is the image filesystem, node.fs the
 //     container filesystem;
