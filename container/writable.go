@@ -13,6 +13,9 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+
+	"github.com/shimd/shimd/image"
+	"github.com/shimd/shimd/pod"
 )
 
 // A split image filesystem (KEP-4191, config key container_fs_dir): the image layers
@@ -49,6 +52,56 @@ func (s *Manager) writableDir(id string, opts []snapshots.Opt) string {
 		return ""
 	}
 	return filepath.Join(s.opts.ContainerFsDir, id)
+}
+
+// writableLayer sets c.WritableDir and returns how to make c's writable layer over
+// the image's layers (chain id parent), and its undo: the snapshotter's layer, or in
+// split mode a view of the image's layers with an overlay on c.WritableDir (made
+// here, before any snapshot or record names it).
+func (s *Manager) writableLayer(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, parent string) (
+	prepare func(context.Context) ([]mount.Mount, error), undo func(), err error) {
+	sn := s.ctrd.SnapshotService(rt.Snapshotter)
+	snOpts := snapshotOpts(sb)
+	c.WritableDir = s.writableDir(c.ID, snOpts)
+	undoDir := func() {}
+	if c.WritableDir != "" {
+		if undoDir, err = makeWritableDir(c.WritableDir); err != nil {
+			return nil, nil, err
+		}
+	}
+	makeSnapshot := func(ctx context.Context) ([]mount.Mount, error) {
+		if c.WritableDir != "" {
+			return sn.View(ctx, c.ID, parent)
+		}
+		return sn.Prepare(ctx, c.ID, parent, snOpts...)
+	}
+	prepare = func(ctx context.Context) ([]mount.Mount, error) {
+		// The image's layers are nearly always unpacked for the snapshotter: prepare
+		// first, and unpack only when the parent is missing.
+		mounts, err := makeSnapshot(ctx)
+		if errdefs.IsNotFound(err) {
+			if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
+				return nil, err
+			}
+			mounts, err = makeSnapshot(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("prepare writable layer: %w", err)
+		}
+		if c.WritableDir != "" {
+			return splitOverlay(mounts, c.WritableDir)
+		}
+		return mounts, nil
+	}
+	undo = func() {
+		cctx, cancel := s.detachedContext(ctx)
+		defer cancel()
+		if err := sn.Remove(cctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).Warn("undo writable layer")
+		}
+		undoDir()
+	}
+	return prepare, undo, nil
 }
 
 // makeWritableDir creates dir's upper and work directories; the undo removes dir.
