@@ -132,3 +132,17 @@ func TestSplitImageFilesystem(t *testing.T) {
 	require.Less(t, ctrUsed2-ctrUsed0, oneMiB, "statfs: removal did not free the container filesystem")
 	env.CheckNoLeaks(t)
 }
+
+// A checkpoint of a container whose writable layer is split (container_fs_dir): its
+// rootfs-diff.tar holds what the container wrote, and a restore puts it back into
+// the restored container's own layer there.
+func TestCheckpointRestoreSplitImageFilesystem(t *testing.T) {
+	requireRoot(t)
+	requireCRIU(t)
+	env, _, containerFs := splitEnv(t)
+	pull(t, env, busyboxImage)
+	checkpointRestoreContainer(t, env, env.Shimd.Runtime(t))
+	entries, err := os.ReadDir(containerFs)
+	require.NoError(t, err)
+	require.Empty(t, entries, "writable layers left in container_fs_dir")
+}
