@@ -228,6 +228,12 @@ e2e-cluster: tools
 # minutes); a node moved from containerd's CRI to shimd (TestKubeadmMoveNodeToShimd,
 # about a minute). The kubeadm image set (mkimages -kubeadm) takes 17 s the first time.
 # Not yet part of check.
+# The kubelet's image GC and eviction on a split image filesystem (two loop-mounted
+# filesystems, the one-node cluster; about 8 minutes): docs/testing.md.
+.PHONY: e2e-split-imagefs
+e2e-split-imagefs: tools
+	SHIMD_SPLIT_IMAGEFS_CLUSTER=1 $(GO) test -tags integration -count=1 -timeout 30m -run TestClusterSplitImageFilesystem -v ./critest/cluster/
+
 .PHONY: e2e-kubeadm
 e2e-kubeadm: tools
 	bash hack/tools.sh cluster && bash hack/tools.sh kubeadm && \

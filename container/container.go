@@ -39,6 +39,9 @@ type Container struct {
 	Snapshotter string
 	StopSignal  string
 	User        spec.User // resolved at create, reported in status
+	// WritableDir holds the writable layer (upper and work directories) in split
+	// mode (writable.go); "" when the snapshotter's layer is writable.
+	WritableDir string
 
 	// statusDir holds status.json (Update writes it).
 	statusDir string

@@ -140,30 +140,14 @@ func (s *Manager) reserveName(ctx context.Context, name string, cfg *runtimeapi.
 }
 
 func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, st *steps) (retErr error) {
-	sn := s.ctrd.SnapshotService(rt.Snapshotter)
 	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
-	prepare := func(ctx context.Context) ([]mount.Mount, error) {
-		// The image's layers are nearly always unpacked for the snapshotter: prepare
-		// first, and unpack only when the parent is missing.
-		mounts, err := sn.Prepare(ctx, c.ID, parent, snapshotOpts(sb)...)
-		if errdefs.IsNotFound(err) {
-			if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
-				return nil, err
-			}
-			mounts, err = sn.Prepare(ctx, c.ID, parent, snapshotOpts(sb)...)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("prepare writable layer: %w", err)
-		}
-		return mounts, nil
+	prepare, undoLayer, err := s.writableLayer(ctx, c, sb, img, rt, parent)
+	if err != nil {
+		return err
 	}
 	defer func() {
 		if retErr != nil {
-			cctx, cancel := s.detachedContext(ctx)
-			defer cancel()
-			if err := sn.Remove(cctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
-				log.G(ctx).WithError(err).Warn("undo writable layer")
-			}
+			undoLayer()
 		}
 	}()
 	// The user comes from the image's /etc/passwd and /etc/group, read from the

@@ -80,7 +80,15 @@ func (s *Manager) deleteContainerd(ctx context.Context, c *Container) error {
 }
 
 // deleteContainerdContainer is deleteContainerd but for the sandbox store's record.
+// A split writable layer (writable.go) goes after the container that mounts it.
 func (s *Manager) deleteContainerdContainer(ctx context.Context, c *Container) error {
+	if err := s.deleteContainerdRecord(ctx, c); err != nil {
+		return err
+	}
+	return removeWritableDir(c)
+}
+
+func (s *Manager) deleteContainerdRecord(ctx context.Context, c *Container) error {
 	if !c.taskDeleted.Load() {
 		if err := s.deletingTask(c.SandboxID, func() error { return ctrd.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID) }); err != nil {
 			return fmt.Errorf("delete task of container %s: %w", c.ID, err)

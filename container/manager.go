@@ -81,6 +81,9 @@ type Options struct {
 	// CleanupTimeout bounds the work detached from a request (create, start and
 	// remove of a container). Zero: 2 minutes.
 	CleanupTimeout time.Duration
+	// ContainerFsDir, when set, holds the containers' writable layers (a split image
+	// filesystem, writable.go); "": they are the snapshotter's, beside the images.
+	ContainerFsDir string
 	// Cleanups retries the cleanups that failed (package cleanup); nil: none is
 	// retried (it stays until the next restart's recovery).
 	Cleanups *cleanup.Queue

@@ -43,6 +43,8 @@ type containerRecord struct {
 	Snapshotter string          `json:"snapshotter"`
 	StopSignal  string          `json:"stop_signal,omitempty"`
 	User        spec.User       `json:"user"`
+	// WritableDir is the split writable layer's directory (writable.go).
+	WritableDir string `json:"writable_dir,omitempty"`
 	// Resources are the limits of the last UpdateContainerResources (protojson of
 	// LinuxContainerResources); absent: the config's.
 	Resources json.RawMessage `json:"resources,omitempty"`
@@ -58,6 +60,7 @@ func withContainerRecord(c *Container, imageTarget string) client.NewContainerOp
 			Version: containerRecordVer, Name: c.Name, SandboxID: c.SandboxID, Config: cfg,
 			ImageID: c.ImageID, ImageName: c.ImageName, ImageRef: c.ImageRef, LogPath: c.LogPath,
 			CreatedAt: c.CreatedAt, Snapshotter: c.Snapshotter, StopSignal: c.StopSignal, User: c.User,
+			WritableDir: c.WritableDir,
 		}, map[string]string{
 			record.LabelKind: record.KindContainer, record.LabelSandbox: c.SandboxID, record.LabelName: c.Name,
 			// Keeps the image's content while the container exists, even if the image is removed.
@@ -79,6 +82,7 @@ func decodeContainerRecord(rec containers.Container) (*Container, error) {
 		ID: rec.ID, Name: r.Name, SandboxID: r.SandboxID, Config: cfg, ImageID: r.ImageID,
 		ImageName: r.ImageName, ImageRef: r.ImageRef, LogPath: r.LogPath, CreatedAt: r.CreatedAt,
 		Snapshotter: r.Snapshotter, StopSignal: r.StopSignal, User: r.User, exited: make(chan struct{}),
+		WritableDir: r.WritableDir,
 	}
 	res, err := record.UnmarshalProto(r.Resources, func() *runtimeapi.LinuxContainerResources { return &runtimeapi.LinuxContainerResources{} })
 	if err != nil {

@@ -92,6 +92,7 @@ func (s *Manager) Recover(ctx context.Context) error {
 	}
 	_ = g.Wait()
 	s.removeOrphanDirs(ctx)
+	s.removeOrphanWritableDirs(ctx)
 	s.volumes.sweep(ctx)
 	return nil
 }

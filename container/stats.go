@@ -34,6 +34,7 @@ func (s *Manager) StatsOf(podID string) []stats.Container {
 			ID:            c.ID, SandboxID: c.SandboxID, Metadata: c.Config.GetMetadata(),
 			Labels: c.Config.GetLabels(), Annotations: c.Config.GetAnnotations(),
 			ImageName: c.ImageName, Snapshotter: c.Snapshotter,
+			WritableUpper: c.WritableUpper(), WritableFs: c.writableFs(),
 			Running: st.State == runtimeapi.ContainerState_CONTAINER_RUNNING,
 			Pid:     st.Pid, StartedAt: st.StartedAt, Resources: c.Resources(),
 		})

@@ -2,18 +2,27 @@ package image
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/continuity/fs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // ImageFsInfo reports the filesystem of each snapshotter in use: committed snapshots
 // (image layers) as the image filesystem, active ones (container layers) as the
-// container filesystem, both at the snapshotter's root directory.
+// container filesystem, both at the snapshotter's root directory. With a split image
+// filesystem (Options.ContainerFsDir) the container filesystem is that directory's,
+// with the usage of the writable layers there; every snapshot, active ones included
+// (pods' pause containers, pods with a user namespace), counts on the image
+// filesystem, where it lies. The kubelet sees the split from the two mountpoints.
 func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	resp := &runtimeapi.ImageFsInfoResponse{}
+	split := s.opts.ContainerFsDir != ""
 	seen := map[string]bool{}
 	for _, sn := range s.opts.Snapshotters {
 		if seen[sn] {
@@ -29,8 +38,19 @@ func (s *Service) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequ
 			return nil, err
 		}
 		now := time.Now().UnixNano()
+		if split {
+			image.Add(container)
+		} else {
+			resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(root, now, container))
+		}
 		resp.ImageFilesystems = append(resp.ImageFilesystems, fsUsage(root, now, image))
-		resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(root, now, container))
+	}
+	if split {
+		u, err := dirUsage(ctx, s.opts.ContainerFsDir)
+		if err != nil {
+			return nil, fmt.Errorf("usage of container_fs_dir: %w", err)
+		}
+		resp.ContainerFilesystems = append(resp.ContainerFilesystems, fsUsage(s.opts.ContainerFsDir, time.Now().UnixNano(), u))
 	}
 	return resp, nil
 }
@@ -93,4 +113,25 @@ func (s *Service) snapshotterRoot(ctx context.Context, snapshotter string) (stri
 		}
 	}
 	return "", fmt.Errorf("snapshotter %s reports no root directory", snapshotter)
+}
+
+// dirUsage adds up the disk usage of dir's entries (the containers' writable layers);
+// an entry removed while it is measured (its container removed) is left out.
+func dirUsage(ctx context.Context, dir string) (snapshots.Usage, error) {
+	var total snapshots.Usage
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return total, err
+	}
+	for _, e := range entries {
+		u, err := fs.DiskUsage(ctx, filepath.Join(dir, e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return total, err
+		}
+		total.Add(snapshots.Usage{Size: u.Size, Inodes: u.Inodes})
+	}
+	return total, nil
 }

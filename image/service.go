@@ -20,6 +20,9 @@ type Options struct {
 	Client *client.Client
 	// Snapshotters maps runtime handler names to snapshotters; "" is the default's.
 	Snapshotters map[string]string
+	// ContainerFsDir, when set, holds the containers' writable layers: ImageFsInfo
+	// reports its filesystem as the container filesystem (a split image filesystem).
+	ContainerFsDir string
 	// RegistryConfigPath is a directory of hosts.toml files in containerd's format.
 	RegistryConfigPath string
 	// NoProgressTimeout cancels a pull that receives no bytes for this long.

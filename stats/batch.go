@@ -11,6 +11,8 @@ import (
 
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/continuity/fs"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
@@ -219,7 +221,7 @@ func (s *Collector) measureLayer(ctx context.Context, c Container, background bo
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	at := time.Now()
-	u, err := s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID)
+	u, err := s.layerUsage(ctx, c)
 	s.usage.mu.Lock()
 	defer s.usage.mu.Unlock()
 	e, ok := s.usage.byID[c.ID]
@@ -242,4 +244,22 @@ func (l *layerUsage) forget(id string) {
 	l.mu.Lock()
 	delete(l.byID, id)
 	l.mu.Unlock()
+}
+
+// layerUsage measures the container's writable layer: its own directory in split
+// mode, else the snapshotter's layer.
+func (s *Collector) layerUsage(ctx context.Context, c Container) (snapshots.Usage, error) {
+	if c.WritableUpper != "" {
+		u, err := fs.DiskUsage(ctx, c.WritableUpper)
+		return snapshots.Usage{Size: u.Size, Inodes: u.Inodes}, err
+	}
+	return s.opts.Client.SnapshotService(c.Snapshotter).Usage(ctx, c.ID)
+}
+
+// layerRoot is a path on the filesystem of the container's writable layer.
+func (s *Collector) layerRoot(ctx context.Context, c Container) (string, error) {
+	if c.WritableFs != "" {
+		return c.WritableFs, nil
+	}
+	return s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter)
 }

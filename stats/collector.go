@@ -26,7 +26,11 @@ type Container struct {
 	Annotations   map[string]string
 	ImageName     string
 	Snapshotter   string
-	Running       bool
+	// WritableUpper is the directory of the container's writes when its writable
+	// layer is not a snapshot (a split image filesystem), on the filesystem of
+	// WritableFs; both "" otherwise.
+	WritableUpper, WritableFs string
+	Running                   bool
 	// Pid is the task's process while it runs (0 otherwise).
 	Pid uint32
 	// KernelCgroups: the container's runtime puts it in cgroups of the host kernel

@@ -80,7 +80,7 @@ func (s *Collector) containerMetrics(ctx context.Context, c Container, pod *runt
 	} else {
 		log.G(ctx).WithError(err).WithField("container", c.ID).Debug("container metrics: processes")
 	}
-	if root, err := s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter); err == nil {
+	if root, err := s.layerRoot(ctx, c); err == nil {
 		if size, _, err := s.writableLayer(ctx, c); err == nil {
 			m.add(mFsUsage, uint64(size), root)
 		}

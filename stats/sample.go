@@ -271,7 +271,7 @@ func (s *Collector) containerStats(ctx context.Context, p *metricsPass, c Contai
 		out.Cpu = &runtimeapi.CpuUsage{Timestamp: now}
 		out.Memory = &runtimeapi.MemoryUsage{Timestamp: now}
 	}
-	root, rootErr := s.opts.Images.SnapshotterRoot(ctx, c.Snapshotter)
+	root, rootErr := s.layerRoot(ctx, c)
 	if size, inodes, err := s.writableLayer(ctx, c); err == nil && rootErr == nil {
 		out.WritableLayer = &runtimeapi.FilesystemUsage{
 			Timestamp: now,

@@ -25,6 +25,11 @@ type Config struct {
 	RootDir string `toml:"root_dir"`
 	// StateDir holds runtime state: network namespaces, /dev/shm mounts.
 	StateDir string `toml:"state_dir"`
+	// ContainerFsDir, when set, holds the containers' writable layers, apart from the
+	// image layers in the snapshotter's directory: a split image filesystem
+	// (KEP-4191) when it is on another filesystem. Empty (the default): the writable
+	// layers are the snapshotter's.
+	ContainerFsDir string `toml:"container_fs_dir"`
 	// LogLevel is one of trace, debug, info, warn, error.
 	LogLevel string `toml:"log_level"`
 	// CgroupDriver is cgroupfs or systemd: the form of cgroupsPath runc gets, runc's
@@ -295,6 +300,9 @@ func (c *Config) Validate() error {
 		if v := abs[k]; v == "" || !filepath.IsAbs(v) {
 			return fmt.Errorf("config key %s: must be an absolute path, got %q", k, v)
 		}
+	}
+	if c.ContainerFsDir != "" && !filepath.IsAbs(c.ContainerFsDir) {
+		return fmt.Errorf("config key container_fs_dir: must be an absolute path, got %q", c.ContainerFsDir)
 	}
 	for i, d := range c.CNI.BinDirs {
 		if !filepath.IsAbs(d) {

@@ -156,6 +156,9 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 		log.G(ctx).Warn("config key sweep_interval is no longer used and is ignored: shimd retries each failed cleanup until it succeeds")
 	}
 	dirs := map[string]string{"root_dir": cfg.RootDir, "state_dir": cfg.StateDir, "cni.cache_dir": cfg.CNI.CacheDir}
+	if cfg.ContainerFsDir != "" {
+		dirs["container_fs_dir"] = cfg.ContainerFsDir
+	}
 	for _, k := range sortedKeys(dirs) {
 		if err := os.MkdirAll(dirs[k], 0o711); err != nil {
 			return fmt.Errorf("config key %s: create %s: %w (choose a writable directory)", k, dirs[k], err)
@@ -270,7 +273,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	sort.Strings(handlers)
 	snapshotters[""] = snapshotters[cfg.DefaultRuntime]
 	images := image.New(image.Options{
-		Client: cl, Snapshotters: snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath,
+		Client: cl, Snapshotters: snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath, ContainerFsDir: cfg.ContainerFsDir,
 		NoProgressTimeout: time.Duration(cfg.Registry.PullProgressTimeout), PinnedLabel: pause.PinnedLabel,
 		PullObserver: m.observePull,
 	})
@@ -314,7 +317,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Client: cl, Pods: sandboxes, Handlers: handlerSet, Images: images,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM, CDI: cdiRegistry,
 		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
-		Cleanups: cleanups,
+		Cleanups: cleanups, ContainerFsDir: cfg.ContainerFsDir,
 	})
 	collector := stats.New(stats.Options{
 		Client: cl, Containers: containers, Images: images, Handlers: handlerSet, CgroupDriver: cfg.CgroupDriver,

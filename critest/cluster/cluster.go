@@ -49,6 +49,9 @@ type Options struct {
 	NodeIP string
 	// APIPort is the API server's port on 127.0.0.1; 0: a free one.
 	APIPort int
+	// KubeletDir holds the kubelet's root dir, config and logs (kubelet.Options.Dir);
+	// empty: a new base directory. Its filesystem is the kubelet's nodefs.
+	KubeletDir string
 	// ExternalKubelet: no kubelet is started; the caller runs one elsewhere (a
 	// virtual machine) with KubeletKubeconfig and waits with WaitNodeReady.
 	ExternalKubelet bool
@@ -169,8 +172,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 		func() error { return httpOK(insecure, "https://127.0.0.1:"+strconv.Itoa(schedPort)+"/healthz") })
 
 	if !opts.ExternalKubelet {
+		kdir := opts.KubeletDir
+		if kdir == "" {
+			kdir = harness.NewBaseDir(t)
+		}
 		c.Kubelet = kubelet.Start(t, kubelet.Options{
-			Dir:             harness.NewBaseDir(t),
+			Dir:             kdir,
 			RuntimeEndpoint: opts.RuntimeEndpoint,
 			NodeName:        opts.NodeName,
 			Kubeconfig:      filepath.Join(c.Dir, "kubelet.kubeconfig"),

@@ -97,6 +97,12 @@ func tarNames(t *testing.T, r io.Reader) map[string][]byte {
 // process, which counts on from where it was, with its writable layer.
 func TestCheckpointRestoreContainer(t *testing.T) {
 	env, rs := checkpointEnv(t)
+	checkpointRestoreContainer(t, env, rs)
+}
+
+// checkpointRestoreContainer checkpoints a counter and restores it, from the archive
+// and from an image made of it; the pods are removed and no leak is left.
+func checkpointRestoreContainer(t *testing.T, env *harness.Env, rs runtimeapi.RuntimeServiceClient) {
 	p := newPod(t, rs, "cp-source")
 	id := p.run(p.container("counter", "sh", "-c", counterScript))
 	logPath := filepath.Join(p.logDir, "counter.log")
