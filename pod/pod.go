@@ -57,6 +57,8 @@ type Pod struct {
 	Overhead, Resources *runtimeapi.LinuxContainerResources
 	// Files are the pod's files its containers mount.
 	Files Files
+	// ProcessLabel and MountLabel are the pod's SELinux labels ("" without SELinux).
+	ProcessLabel, MountLabel string
 }
 
 // Files are the paths of the pod's files that its containers mount.

@@ -43,6 +43,10 @@ type sandboxRecord struct {
 	IPs            []string        `json:"ips,omitempty"`
 	// Pauseless: the pod runs without a pause process (pauseless.go).
 	Pauseless bool `json:"pauseless,omitempty"`
+	// SELinux: the pod's process and mount labels, so that a restart keeps its
+	// MCS level (Recover reserves it again).
+	ProcessLabel string `json:"selinux_process_label,omitempty"`
+	MountLabel   string `json:"selinux_mount_label,omitempty"`
 	// Overhead and Resources are the pod-level limits of the last
 	// UpdatePodSandboxResources (protojson of LinuxContainerResources).
 	Overhead  json.RawMessage `json:"overhead,omitempty"`
@@ -59,6 +63,7 @@ func encodeRecord(sb *Sandbox) (sandboxRecord, error) {
 	rec := sandboxRecord{
 		Version: recordVersion, Name: sb.Name, Config: cfg, RuntimeHandler: sb.RuntimeHandler,
 		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs, Pauseless: sb.Pauseless,
+		ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
 	}
 	overhead, resources := sb.PodResources()
 	if rec.Overhead, err = record.MarshalProto(overhead); err != nil {
@@ -80,7 +85,7 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 	sb := &Sandbox{
 		ID: c.ID, Name: rec.Name, Config: cfg, RuntimeHandler: rec.RuntimeHandler,
 		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, Pauseless: rec.Pauseless,
-		state: pod.NotReady,
+		ProcessLabel: rec.ProcessLabel, MountLabel: rec.MountLabel, state: pod.NotReady,
 	}
 	var err error
 	if sb.overhead, err = record.UnmarshalProto(rec.Overhead, newResources); err != nil {

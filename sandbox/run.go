@@ -119,6 +119,9 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 			}
 		}
 	}()
+	if err := m.allocateLabels(sb, &undo); err != nil {
+		return err
+	}
 	if sb.Pauseless {
 		return m.runPauseless(ctx, sb, rt, &undo)
 	}
@@ -186,6 +189,18 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 	}
 	log.G(ctx).WithField("ips", sb.IPs).WithField("mode", "pause").WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s task-create=%s task-start=%s record=%s",
 		t1.Sub(t0), t2.Sub(t1), tNet, tTask, tCreate, tTask-tCreate, time.Since(t2)-max(tNet, tTask))).Info("sandbox ready")
+	return nil
+}
+
+// allocateLabels gives sb its SELinux labels, from its SELinuxOptions, with a level
+// of its own unless they name one; remove (or the undo) releases the level.
+func (m *Manager) allocateLabels(sb *Sandbox, undo *undoStack) error {
+	l, err := m.opts.Labels.Pod(sb.Config.GetLinux().GetSecurityContext().GetSelinuxOptions())
+	if err != nil {
+		return err
+	}
+	sb.ProcessLabel, sb.MountLabel = l.Process, l.Mount
+	undo.push(func(context.Context) error { m.opts.Labels.Release(l.Process); return nil })
 	return nil
 }
 
@@ -287,7 +302,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: info.args, ImageEnv: info.env,
 		NetNSPath: sb.NetNSPath, UsernsPath: m.fs.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
-		ImageName: img.Name(),
+		ImageName: img.Name(), ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pause spec: %w", err)

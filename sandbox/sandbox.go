@@ -41,6 +41,10 @@ type Sandbox struct {
 	// namespaces pinned at NetNSPath, IPCNSPath and UTSNSPath ("" = the host's).
 	Pauseless            bool
 	IPCNSPath, UTSNSPath string
+	// ProcessLabel and MountLabel are the pod's SELinux labels ("" = none; see
+	// package seclabel). A privileged pod's pause process runs without its label,
+	// but the pod holds the level all the same, as with containerd.
+	ProcessLabel, MountLabel string
 
 	// opMu serialises Stop and Remove of this sandbox; it is held across their
 	// containerd and CNI calls. Lock order: opMu, then mu.
