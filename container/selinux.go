@@ -13,8 +13,12 @@ import (
 
 // selinuxSpecInput fills the spec builder's SELinux labels for c: its pod's labels,
 // with the fields of c's own SELinuxOptions replacing the pod's (seclabel.Container).
-// Nothing without SELinux.
+// Nothing without SELinux, nor in a pod in the node's PID or IPC namespace (CRI-O's
+// rule; the pod has no labels either).
 func (s *Manager) selinuxSpecInput(c *Container, sb pod.Pod, in *spec.Input) error {
+	if pod.HostPIDOrIPC(sb.Config) {
+		return nil
+	}
 	l, err := s.opts.Labels.Container(seclabel.Labels{Process: sb.ProcessLabel, Mount: sb.MountLabel},
 		c.Config.GetLinux().GetSecurityContext().GetSelinuxOptions())
 	if err != nil {

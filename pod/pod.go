@@ -74,6 +74,12 @@ func (p Pod) HostNetwork() bool {
 	return p.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
+// HostPIDOrIPC tells whether a pod config uses the node's PID or IPC namespace.
+func HostPIDOrIPC(cfg *runtimeapi.PodSandboxConfig) bool {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	return ns.GetPid() == runtimeapi.NamespaceMode_NODE || ns.GetIpc() == runtimeapi.NamespaceMode_NODE
+}
+
 // UserNamespace returns the pod's own user namespace options, or nil when the pod
 // uses the node's user namespace.
 func (p Pod) UserNamespace() *runtimeapi.UserNamespace {

@@ -193,8 +193,13 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 }
 
 // allocateLabels gives sb its SELinux labels, from its SELinuxOptions, with a level
-// of its own unless they name one; remove (or the undo) releases the level.
+// of its own unless they name one; remove (or the undo) releases the level. A pod in
+// the node's PID or IPC namespace gets none, as with CRI-O ("no SELinux separation
+// with host PID or IPC"): its processes run under the runtime's label.
 func (m *Manager) allocateLabels(sb *Sandbox, undo *undoStack) error {
+	if pod.HostPIDOrIPC(sb.Config) {
+		return nil
+	}
 	l, err := m.opts.Labels.Pod(sb.Config.GetLinux().GetSecurityContext().GetSelinuxOptions())
 	if err != nil {
 		return err

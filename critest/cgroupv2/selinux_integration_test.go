@@ -129,6 +129,20 @@ func TestSELinuxOptions(t *testing.T) {
 	require.Contains(t, out, "InvalidArgument", out)
 }
 
+// A pod in the node's PID namespace gets no labels (CRI-O's rule): its containers run
+// under the runtime's label, and its files keep theirs.
+func TestSELinuxHostNamespaces(t *testing.T) {
+	requireSELinux(t)
+	p := newPodLinux(t, "se-hostpid", `,"security_context":{"namespace_options":{"pid":2}}`)
+	c := p.ctrWith("c", `,"linux":{"security_context":{"namespace_options":{"pid":2}}}`)
+	initLabel, execLabel := seLabels(t, c)
+	runtimeLabel := sh(t, "tr -d '\\0' </proc/$(pgrep -xo shimd)/attr/current")
+	require.Equal(t, runtimeLabel, initLabel)
+	require.Equal(t, runtimeLabel, execLabel)
+	require.NotContains(t, fileLabel(t, "/var/lib/shimd/sandboxes/"+p.id+"/hosts"), "container_file_t")
+	t.Logf("host PID pod: container %s, hosts %s", initLabel, fileLabel(t, "/var/lib/shimd/sandboxes/"+p.id+"/hosts"))
+}
+
 // A volume with selinux_relabel gets its pod's mount label: the pod's containers read
 // it, another pod's container mounting the same directory cannot (EACCES: another
 // MCS level). Relabelling a node directory is refused.
