@@ -200,12 +200,12 @@ func (m *Manager) allocateLabels(sb *Sandbox, undo *undoStack) error {
 	if pod.HostPIDOrIPC(sb.Config) {
 		return nil
 	}
-	l, err := m.opts.Labels.Pod(sb.Config.GetLinux().GetSecurityContext().GetSelinuxOptions())
+	l, err := m.opts.Labels.Pod(sb.ID, sb.Config.GetLinux().GetSecurityContext().GetSelinuxOptions())
 	if err != nil {
 		return err
 	}
 	sb.ProcessLabel, sb.MountLabel = l.Process, l.Mount
-	undo.push(func(context.Context) error { m.opts.Labels.Release(l.Process); return nil })
+	undo.push(func(context.Context) error { m.opts.Labels.Release(sb.ID, l.Process); return nil })
 	return nil
 }
 

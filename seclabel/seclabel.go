@@ -39,12 +39,13 @@ type Labels struct {
 // New or Disabled.
 type Labeler struct {
 	enabled bool
-	// levels counts the pods holding each MCS level: two pods that ask the same level
-	// (the kubelet gives a level to pods that share a volume) both hold it, and it is
-	// released to the allocator when the last one goes (containerd's
-	// internal/cri/store/label).
+	// levels are the pods (by id) holding each MCS level: two pods that ask the same
+	// level (the kubelet gives a level to pods that share a volume) both hold it, and
+	// it is released to the allocator when the last one goes (containerd counts them
+	// in internal/cri/store/label). By id, a recovery that runs again holds nothing
+	// twice.
 	mu     sync.Mutex
-	levels map[string]int
+	levels map[string]map[string]bool
 	// The go-selinux calls, replaced in tests.
 	initLabels func(opts []string) (process, mount string, err error)
 	reserve    func(label string) error
@@ -53,7 +54,7 @@ type Labeler struct {
 }
 
 // Disabled is a Labeler of a node without SELinux: empty labels, no relabelling.
-func Disabled() *Labeler { return &Labeler{levels: map[string]int{}} }
+func Disabled() *Labeler { return &Labeler{levels: map[string]map[string]bool{}} }
 
 // New returns the node's Labeler. With want false, or a kernel without SELinux, it is
 // Disabled, and go-selinux is switched off for the whole process (as containerd does
@@ -64,7 +65,7 @@ func New(want bool) *Labeler {
 		return Disabled()
 	}
 	return &Labeler{
-		enabled: true, levels: map[string]int{},
+		enabled: true, levels: map[string]map[string]bool{},
 		initLabels: label.InitLabels, reserve: selinux.ReserveLabelV2, release: selinux.ReleaseLabel,
 		chcon: func(path, l string) error { return label.Relabel(path, l, false) },
 	}
@@ -82,7 +83,7 @@ func (l *Labeler) Enforcing() bool {
 // Pod allocates a pod's labels from its SELinuxOptions (nil: the policy's default
 // container type and a fresh MCS level) and holds the level until Release. The
 // error wraps errdefs.ErrInvalidArgument for bad options.
-func (l *Labeler) Pod(opts *runtimeapi.SELinuxOption) (Labels, error) {
+func (l *Labeler) Pod(id string, opts *runtimeapi.SELinuxOption) (Labels, error) {
 	if !l.Enabled() {
 		return Labels{}, nil
 	}
@@ -96,54 +97,65 @@ func (l *Labeler) Pod(opts *runtimeapi.SELinuxOption) (Labels, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// InitLabels has reserved the level in go-selinux; count it here.
-	if lv := Level(p); lv != "" {
-		l.levels[lv]++
-	}
+	// InitLabels has reserved the level in go-selinux; hold it here.
+	l.hold(id, Level(p))
 	return Labels{Process: p, Mount: m}, nil
 }
 
-// Reserve holds the level of a recovered pod's process label: a restart keeps each
-// pod's level, and no new pod gets one of them.
-func (l *Labeler) Reserve(process string) error {
+// Reserve makes pod id hold the level of its recovered process label: a restart
+// keeps each pod's level, and no new pod gets one of them.
+func (l *Labeler) Reserve(id, process string) error {
 	lv := Level(process)
 	if !l.Enabled() || lv == "" {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.levels[lv] == 0 {
+	if len(l.levels[lv]) == 0 {
 		if err := l.reserve(process); err != nil && !errors.Is(err, selinux.ErrMCSAlreadyExists) {
 			return err
 		}
 	}
-	l.levels[lv]++
+	l.hold(id, lv)
 	return nil
 }
 
-// Release lets go of a pod's level (RemovePodSandbox, or a Run undone); the
+// hold records that pod id holds level lv; l.mu is held.
+func (l *Labeler) hold(id, lv string) {
+	if lv == "" {
+		return
+	}
+	if l.levels[lv] == nil {
+		l.levels[lv] = map[string]bool{}
+	}
+	l.levels[lv][id] = true
+}
+
+// Release lets pod id go of its level (RemovePodSandbox, or a Run undone); the
 // allocator may hand it out again once no pod holds it.
-func (l *Labeler) Release(process string) {
+func (l *Labeler) Release(id, process string) {
 	lv := Level(process)
 	if !l.Enabled() || lv == "" {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch n := l.levels[lv]; {
-	case n > 1:
-		l.levels[lv] = n - 1
-	case n == 1:
+	holders := l.levels[lv]
+	if !holders[id] {
+		return
+	}
+	delete(holders, id)
+	if len(holders) == 0 {
 		delete(l.levels, lv)
 		l.release(process)
 	}
 }
 
-// Held is the number of pods holding the level of process (for tests and Status).
+// Held is the number of pods holding the level of process.
 func (l *Labeler) Held(process string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.levels[Level(process)]
+	return len(l.levels[Level(process)])
 }
 
 // Container returns a container's labels: the pod's, with the fields its own

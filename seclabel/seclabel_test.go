@@ -22,7 +22,7 @@ type fake struct {
 
 func newFake() *fake {
 	f := &fake{chconed: map[string]string{}}
-	f.Labeler = &Labeler{enabled: true, levels: map[string]int{},
+	f.Labeler = &Labeler{enabled: true, levels: map[string]map[string]bool{},
 		initLabels: func(opts []string) (string, string, error) {
 			f.n++
 			p := map[string]string{"user": "system_u", "role": "system_r", "type": "container_t", "level": "s0:c1,c" + string(rune('0'+f.n))}
@@ -92,50 +92,56 @@ func TestMerge(t *testing.T) {
 
 func TestPodLevelsCounted(t *testing.T) {
 	f := newFake()
-	a, err := f.Pod(nil)
+	a, err := f.Pod("a", nil)
 	require.NoError(t, err)
-	b, err := f.Pod(nil)
+	b, err := f.Pod("b", nil)
 	require.NoError(t, err)
 	require.NotEqual(t, Level(a.Process), Level(b.Process), "two pods, two levels")
 	require.Equal(t, Level(a.Process), Level(a.Mount))
 
 	// Two pods that name the same level share it; it goes back at the last release.
-	s1, err := f.Pod(&runtimeapi.SELinuxOption{Level: "s0:c7,c8"})
+	s1, err := f.Pod("s1", &runtimeapi.SELinuxOption{Level: "s0:c7,c8"})
 	require.NoError(t, err)
-	s2, err := f.Pod(&runtimeapi.SELinuxOption{Level: "s0:c7,c8"})
+	s2, err := f.Pod("s2", &runtimeapi.SELinuxOption{Level: "s0:c7,c8"})
 	require.NoError(t, err)
 	require.Equal(t, "s0:c7,c8", Level(s1.Process))
 	require.Equal(t, 2, f.Held(s1.Process))
-	f.Release(s1.Process)
+	f.Release("s1", s1.Process)
 	require.Empty(t, f.released)
-	f.Release(s2.Process)
+	f.Release("s1", s1.Process) // once more: s2 still holds it
+	require.Empty(t, f.released)
+	f.Release("s2", s2.Process)
 	require.Equal(t, []string{s2.Process}, f.released)
-	f.Release(s2.Process) // once more: nothing
+	f.Release("s2", s2.Process) // once more: nothing
 	require.Len(t, f.released, 1)
 
-	f.Release(a.Process)
+	f.Release("a", a.Process)
 	require.Equal(t, 0, f.Held(a.Process))
 	require.Equal(t, 1, f.Held(b.Process))
 
-	_, err = f.Pod(&runtimeapi.SELinuxOption{Level: "bad"})
+	_, err = f.Pod("bad", &runtimeapi.SELinuxOption{Level: "bad"})
 	require.True(t, errdefs.IsInvalidArgument(err), "%v", err)
 }
 
 func TestReserveAfterRestart(t *testing.T) {
 	f := newFake()
 	p := "system_u:system_r:container_t:s0:c3,c9"
-	require.NoError(t, f.Reserve(p))
-	require.NoError(t, f.Reserve(p)) // a second pod of the same level
+	require.NoError(t, f.Reserve("x", p))
+	require.NoError(t, f.Reserve("y", p)) // a second pod of the same level
+	require.NoError(t, f.Reserve("x", p)) // recovery run again: no second hold
 	require.Equal(t, []string{p}, f.reserved, "reserved in go-selinux once")
 	require.Equal(t, 2, f.Held(p))
-	require.NoError(t, f.Reserve(""))   // a pod made without SELinux
-	require.NoError(t, f.Reserve("u:r:t")) // no level
+	require.NoError(t, f.Reserve("z", ""))      // a pod made without SELinux
+	require.NoError(t, f.Reserve("w", "u:r:t")) // no level
 	require.Len(t, f.reserved, 1)
+	f.Release("x", p)
+	f.Release("y", p)
+	require.Equal(t, []string{p}, f.released, "released when the last pod goes")
 }
 
 func TestContainer(t *testing.T) {
 	f := newFake()
-	podL, err := f.Pod(nil)
+	podL, err := f.Pod("p", nil)
 	require.NoError(t, err)
 	c, err := f.Container(podL, nil)
 	require.NoError(t, err)
@@ -173,14 +179,14 @@ func TestRelabel(t *testing.T) {
 func TestDisabled(t *testing.T) {
 	d := Disabled()
 	require.False(t, d.Enabled())
-	l, err := d.Pod(&runtimeapi.SELinuxOption{Level: "s0:c1,c2"})
+	l, err := d.Pod("p", &runtimeapi.SELinuxOption{Level: "s0:c1,c2"})
 	require.NoError(t, err)
 	require.Equal(t, Labels{}, l)
 	c, err := d.Container(l, &runtimeapi.SELinuxOption{Type: "t"})
 	require.NoError(t, err)
 	require.Equal(t, Labels{}, c)
-	require.NoError(t, d.Reserve("u:r:t:s0:c1,c2"))
-	d.Release("u:r:t:s0:c1,c2")
+	require.NoError(t, d.Reserve("p", "u:r:t:s0:c1,c2"))
+	d.Release("p", "u:r:t:s0:c1,c2")
 	require.NoError(t, d.Relabel("m", "/", "u:object_r:t:s0:c1,c2"), "nothing happens without SELinux")
 	require.NoError(t, d.Chcon("/etc", "x"))
 	require.Equal(t, "mode=1777", d.MountData("mode=1777", "u:object_r:t:s0:c1,c2"))
