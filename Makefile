@@ -65,7 +65,7 @@ integration-1.6:
 VM_DIR    ?= /var/tmp/shimd-vm
 VM_DRIVER ?= systemd
 VMCTL     := $(GO) run ./critest/vm/cmd/vmctl -dir $(VM_DIR)
-.PHONY: vm-cgroupv2 vm-shell vm-stop e2e-cgroupv2 e2e-cgroupv2-smoke
+.PHONY: vm-cgroupv2 vm-shell vm-stop e2e-cgroupv2 e2e-cgroupv2-smoke e2e-selinux
 vm-cgroupv2:
 	$(VMCTL) -cgroup-driver $(VM_DRIVER) up
 	$(VMCTL) run 'echo "guest: /sys/fs/cgroup is $$(stat -fc %T /sys/fs/cgroup), PID 1 is $$(cat /proc/1/comm)"; crictl version'
@@ -86,6 +86,11 @@ e2e-cgroupv2: tools
 	SHIMD_VM=1 SHIMD_VM_CGROUP_DRIVER=cgroupfs $(GO) test -tags integration -count=1 -timeout $(E2E_CGROUPV2_TIMEOUT) -v ./critest/cgroupv2/
 e2e-cgroupv2-smoke: tools
 	SHIMD_VM=1 SHIMD_VM_CGROUP_DRIVER=systemd $(GOTEST) e2e-cgroupv2-smoke -v -tags integration -count=1 -timeout 30m -run '$(SMOKE_CGROUPV2)' ./critest/cgroupv2/
+
+# The SELinux guest (critest/vm/image-selinux.sh: the cgroup v2 guest with Debian's
+# SELinux, enforcing, shimd's enable_selinux on) and shimd's SELinux tests in it.
+e2e-selinux: tools
+	SHIMD_VM=1 SHIMD_VM_SELINUX=1 SHIMD_VM_CGROUP_DRIVER=systemd $(GOTEST) e2e-selinux -v -tags integration -count=1 -timeout 30m -run 'TestSELinux' ./critest/cgroupv2/
 
 # Pod lifecycle through shimd and through containerd's own CRI plugin, same machine.
 # It includes BenchmarkPolling at POLL_PODS and POLL_WINDOW (below): about 15 minutes

@@ -346,9 +346,15 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 	if err := s.loadSpecFiles(ctx, c, &in); err != nil {
 		return nil, err
 	}
+	if err := s.selinuxSpecInput(c, sb, &in); err != nil {
+		return nil, err
+	}
 	ociSpec, err := spec.Container(in)
 	if err != nil {
 		return nil, fmt.Errorf("container spec: %w", err)
+	}
+	if err := s.relabelMounts(c, in.SELinuxMountLabel); err != nil {
+		return nil, err
 	}
 	if err := s.cdi.inject(ociSpec, c.Config); err != nil {
 		return nil, err

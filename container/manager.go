@@ -22,6 +22,7 @@ import (
 	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/pod"
+	"github.com/shimd/shimd/seclabel"
 )
 
 // Pods finds the pods containers run in: *sandbox.Manager.
@@ -70,6 +71,9 @@ type Options struct {
 	MinOOMScoreAdj int
 	// NRI relays to NRI plugins; nil: NRI is off (config key nri.enabled).
 	NRI NRIPlugins
+	// Labels gives containers their SELinux labels and relabels their volumes
+	// (selinux.go); nil: none (no SELinux).
+	Labels *seclabel.Labeler
 	// CDI resolves CDI devices; nil: CDI is off (config key cdi.enabled).
 	CDI CDIRegistry
 	// Namespace is shimd's containerd namespace.
@@ -89,6 +93,21 @@ type Options struct {
 	Cleanups *cleanup.Queue
 }
 
+// SELinuxNode is the node's SELinux as shimd uses it (Status's "selinux" entry).
+type SELinuxNode struct {
+	// Configured: enable_selinux is set; Kernel: the kernel has SELinux on.
+	// Pods and containers get labels when both hold.
+	Configured, Kernel bool
+	// Enforcing: the kernel enforces the policy (else it only logs denials).
+	Enforcing bool
+	// ProcessLabel and FileLabel are the policy's default container process and
+	// file labels (its contexts/lxc_contexts), "" when it has none.
+	ProcessLabel, FileLabel string
+}
+
+// Labels tells whether pods and containers get SELinux labels.
+func (n SELinuxNode) Labels() bool { return n.Configured && n.Kernel }
+
 // NodeInfo describes the node, read once at start (see cmd/shimd).
 type NodeInfo struct {
 	// Capabilities is the bounding set shimd can hand out (privileged, "ALL").
@@ -104,6 +123,8 @@ type NodeInfo struct {
 	// apparmor.go), for containers that ask RuntimeDefault or nothing and are not
 	// privileged; "" = none, they run unconfined (no AppArmor, or no apparmor_parser).
 	AppArmorDefault string
+	// SELinux is what shimd does with SELinux (enable_selinux, cmd/shimd/selinux.go).
+	SELinux SELinuxNode
 	// CPUs and MemoryNodes are the node's online CPUs and memory nodes as cpuset
 	// lists ("0-3"); New reads them from sysfs when empty.
 	CPUs, MemoryNodes string
@@ -162,6 +183,9 @@ func New(opts Options) *Manager {
 	s.volumes = &imageVolumes{m: s}
 	s.cdi = cdiInjector{registry: opts.CDI}
 	s.apparmor = newAppArmorDefault()
+	if s.opts.Labels == nil {
+		s.opts.Labels = seclabel.Disabled()
+	}
 	return s
 }
 

@@ -57,6 +57,8 @@ type Pod struct {
 	Overhead, Resources *runtimeapi.LinuxContainerResources
 	// Files are the pod's files its containers mount.
 	Files Files
+	// ProcessLabel and MountLabel are the pod's SELinux labels ("" without SELinux).
+	ProcessLabel, MountLabel string
 }
 
 // Files are the paths of the pod's files that its containers mount.
@@ -70,6 +72,12 @@ type Files struct {
 // HostNetwork tells whether the pod uses the node's network namespace.
 func (p Pod) HostNetwork() bool {
 	return p.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+}
+
+// HostPIDOrIPC tells whether a pod config uses the node's PID or IPC namespace.
+func HostPIDOrIPC(cfg *runtimeapi.PodSandboxConfig) bool {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	return ns.GetPid() == runtimeapi.NamespaceMode_NODE || ns.GetIpc() == runtimeapi.NamespaceMode_NODE
 }
 
 // UserNamespace returns the pod's own user namespace options, or nil when the pod

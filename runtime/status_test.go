@@ -36,3 +36,32 @@ func TestAppArmorInfo(t *testing.T) {
 		})
 	}
 }
+
+func TestSELinuxInfo(t *testing.T) {
+	tests := []struct {
+		name     string
+		node     container.SELinuxNode
+		enabled  bool
+		noteHint string
+	}{
+		{name: "no SELinux", node: container.SELinuxNode{Configured: true}, noteHint: "no SELinux in the kernel"},
+		{name: "not configured", node: container.SELinuxNode{Kernel: true, Enforcing: true}, noteHint: "enable_selinux is false"},
+		{name: "no lxc_contexts", node: container.SELinuxNode{Kernel: true, Configured: true}, enabled: true, noteHint: "lxc_contexts"},
+		{name: "permissive", node: container.SELinuxNode{Kernel: true, Configured: true, ProcessLabel: "system_u:system_r:container_t"},
+			enabled: true, noteHint: "permissive"},
+		{name: "on", node: container.SELinuxNode{Kernel: true, Configured: true, Enforcing: true, ProcessLabel: "system_u:system_r:container_t"},
+			enabled: true, noteHint: "each pod has its MCS level"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got struct {
+				Enabled, Enforcing bool
+				Note               string
+			}
+			require.NoError(t, json.Unmarshal([]byte(selinuxInfo(tc.node)), &got))
+			require.Equal(t, tc.enabled, got.Enabled)
+			require.Equal(t, tc.node.Enforcing, got.Enforcing)
+			require.Contains(t, got.Note, tc.noteHint)
+		})
+	}
+}

@@ -11,13 +11,18 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/pod"
+	"github.com/shimd/shimd/seclabel"
 )
 
 // layout is where pods' things live on the host, and the file operations on them:
 // per-pod files in <root>/sandboxes/<id> (hostname, hosts, resolv.conf), the pod's
 // /dev/shm tmpfs in <state>/sandboxes/<id>/shm, and the pinned namespaces under
 // <state>/{netns,userns,ipcns,utsns}. It knows nothing of containerd.
-type layout struct{ root, state string }
+type layout struct {
+	root, state string
+	// sel labels the pod's files with its mount label (SELinux; a no-op without).
+	sel *seclabel.Labeler
+}
 
 // dir is the pod's directory of durable files.
 func (l layout) dir(id string) string { return filepath.Join(l.root, "sandboxes", id) }
@@ -85,12 +90,19 @@ func (l layout) writeFiles(sb *Sandbox) (_ func(), err error) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			return nil, fmt.Errorf("write %s: %w", filepath.Base(path), err)
 		}
+		// Labelled for the pod, as containerd relabels them for each container
+		// (selinux_relabel) and CRI-O labels them at RunPodSandbox.
+		if err := l.sel.Chcon(path, sb.MountLabel); err != nil {
+			return nil, err
+		}
 	}
 	if shm := l.shmPath(sb); shm != "/dev/shm" {
 		if err := os.MkdirAll(shm, 0o700); err != nil {
 			return nil, fmt.Errorf("create shm dir: %w", err)
 		}
-		opt := fmt.Sprintf("mode=1777,size=%d", DefaultShmSize)
+		// context=: every file in it carries the pod's mount label (CRI-O and
+		// containerd mount it so).
+		opt := l.sel.MountData(fmt.Sprintf("mode=1777,size=%d", DefaultShmSize), sb.MountLabel)
 		if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, opt); err != nil {
 			return nil, fmt.Errorf("mount shm: %w", err)
 		}

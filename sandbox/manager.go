@@ -14,6 +14,7 @@ import (
 	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/network"
 	"github.com/shimd/shimd/pod"
+	"github.com/shimd/shimd/seclabel"
 )
 
 // Network is what sandboxes need from pod networking.
@@ -59,6 +60,8 @@ type Options struct {
 	// Cleanups retries the cleanups that failed (package cleanup); nil: none is
 	// retried (it stays until the next restart's recovery or reconnection).
 	Cleanups *cleanup.Queue
+	// Labels gives each pod its SELinux labels (seclabel); nil: none (no SELinux).
+	Labels *seclabel.Labeler
 }
 
 // Manager runs pod sandboxes. It is safe for concurrent use.
@@ -90,7 +93,10 @@ func NewManager(opts Options) *Manager {
 	if opts.CleanupTimeout == 0 {
 		opts.CleanupTimeout = 2 * time.Minute
 	}
-	return &Manager{opts: opts, store: newStore(), fs: layout{root: opts.RootDir, state: opts.StateDir},
+	if opts.Labels == nil {
+		opts.Labels = seclabel.Disabled()
+	}
+	return &Manager{opts: opts, store: newStore(), fs: layout{root: opts.RootDir, state: opts.StateDir, sel: opts.Labels},
 		records: &storeRecords{store: ctrd.NewSandboxStore(opts.Client)}}
 }
 
@@ -143,6 +149,7 @@ func (m *Manager) facts(sb *Sandbox, st pod.State) pod.Pod {
 		State: st, NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath,
 		Pauseless: sb.Pauseless, PID: sb.PausePID(), IPs: sb.IPs, InStore: sb.InStore,
 		Overhead: overhead, Resources: resources, Files: sb.filesIn(m.fs),
+		ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
 	}
 }
 

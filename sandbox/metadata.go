@@ -46,6 +46,10 @@ type sandboxRecord struct {
 	// SharedRootfs: the pause container runs from Options.PauseRootfs, with no
 	// snapshot (an older record, without it, names a snapshot).
 	SharedRootfs bool `json:"shared_rootfs,omitempty"`
+	// SELinux: the pod's process and mount labels, so that a restart keeps its
+	// MCS level (Recover reserves it again).
+	ProcessLabel string `json:"selinux_process_label,omitempty"`
+	MountLabel   string `json:"selinux_mount_label,omitempty"`
 	// Overhead and Resources are the pod-level limits of the last
 	// UpdatePodSandboxResources (protojson of LinuxContainerResources).
 	Overhead  json.RawMessage `json:"overhead,omitempty"`
@@ -63,6 +67,7 @@ func encodeRecord(sb *Sandbox) (sandboxRecord, error) {
 		Version: recordVersion, Name: sb.Name, Config: cfg, RuntimeHandler: sb.RuntimeHandler,
 		CreatedAt: sb.CreatedAt, NetNSPath: sb.NetNSPath, IPs: sb.IPs, Pauseless: sb.Pauseless,
 		SharedRootfs: sb.SharedRootfs,
+		ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
 	}
 	overhead, resources := sb.PodResources()
 	if rec.Overhead, err = record.MarshalProto(overhead); err != nil {
@@ -84,7 +89,8 @@ func decodeRecord(c containers.Container) (*Sandbox, error) {
 	sb := &Sandbox{
 		ID: c.ID, Name: rec.Name, Config: cfg, RuntimeHandler: rec.RuntimeHandler,
 		CreatedAt: rec.CreatedAt, NetNSPath: rec.NetNSPath, IPs: rec.IPs, Pauseless: rec.Pauseless,
-		SharedRootfs: rec.SharedRootfs, state: pod.NotReady,
+		SharedRootfs: rec.SharedRootfs,
+		ProcessLabel: rec.ProcessLabel, MountLabel: rec.MountLabel, state: pod.NotReady,
 	}
 	var err error
 	if sb.overhead, err = record.UnmarshalProto(rec.Overhead, newResources); err != nil {

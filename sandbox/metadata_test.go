@@ -14,6 +14,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	sb := &Sandbox{
 		ID: "abc", Name: "p_ns_uid_0", RuntimeHandler: "runc", CreatedAt: time.Unix(1700000000, 5).UTC(),
 		NetNSPath: "/run/shimd/netns/abc", IPs: []string{"198.18.0.7"},
+		ProcessLabel: "u:r:container_t:s0:c1,c2", MountLabel: "u:object_r:container_file_t:s0:c1,c2",
 		Config: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "uid"}, Hostname: "p"},
 	}
 	for _, withResources := range []bool{false, true} {
@@ -34,7 +35,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got.Name != sb.Name || got.RuntimeHandler != sb.RuntimeHandler || !got.CreatedAt.Equal(sb.CreatedAt) ||
-			got.NetNSPath != sb.NetNSPath || len(got.IPs) != 1 || got.IPs[0] != sb.IPs[0] || !proto.Equal(got.Config, sb.Config) {
+			got.NetNSPath != sb.NetNSPath || got.ProcessLabel != sb.ProcessLabel || got.MountLabel != sb.MountLabel || len(got.IPs) != 1 || got.IPs[0] != sb.IPs[0] || !proto.Equal(got.Config, sb.Config) {
 			t.Fatalf("round trip: %+v", got)
 		}
 		o, r := got.PodResources()

@@ -87,6 +87,7 @@ func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt pod.Handler)
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: []string{"/pause"},
 		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
+		ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox spec: %w", err)

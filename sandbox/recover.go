@@ -70,6 +70,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 			delete(known, c.ID)
 			continue
 		}
+		if err := m.opts.Labels.Reserve(sb.ID, sb.ProcessLabel); err != nil {
+			// The pod keeps running under its label; only a new pod could be given
+			// the same level by chance.
+			log.G(ctx).WithError(err).WithField("sandbox", c.ID).Warn("reserve the pod's SELinux level again")
+		}
 		if sb.Pauseless {
 			m.recoverPauseless(sb)
 			m.store.add(sb)

@@ -96,8 +96,11 @@ func (m *Manager) newSandbox(name string, cfg *runtimeapi.PodSandboxConfig, hand
 	}
 	sb.Pauseless = m.pauseless(cfg, rt)
 	// A pause that runs on the host's kernel with the node's user ids can share one
-	// read-only root; a sandboxed runtime's or a user namespace's needs a snapshot.
-	sb.SharedRootfs = !sb.Pauseless && m.opts.PauseRootfs != "" && rt.PauseOptional && sb.UserNamespace() == nil
+	// read-only root; a sandboxed runtime's or a user namespace's needs a snapshot,
+	// and so does one under SELinux: the pod's process label may execute only files
+	// of the container types, which the snapshot's are and the shared root's are not.
+	sb.SharedRootfs = !sb.Pauseless && m.opts.PauseRootfs != "" && rt.PauseOptional && sb.UserNamespace() == nil &&
+		!m.opts.Labels.Enabled()
 	m.fs.setPinPaths(sb)
 	return sb
 }
@@ -122,6 +125,9 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 			}
 		}
 	}()
+	if err := m.allocateLabels(sb, &undo); err != nil {
+		return err
+	}
 	if sb.Pauseless {
 		return m.runPauseless(ctx, sb, rt, &undo)
 	}
@@ -189,6 +195,23 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 	}
 	log.G(ctx).WithField("ips", sb.IPs).WithField("mode", "pause").WithField("steps", fmt.Sprintf("container=%s files+netns=%s cni=%s task=%s task-create=%s task-start=%s record=%s",
 		t1.Sub(t0), t2.Sub(t1), tNet, tTask, tCreate, tTask-tCreate, time.Since(t2)-max(tNet, tTask))).Info("sandbox ready")
+	return nil
+}
+
+// allocateLabels gives sb its SELinux labels, from its SELinuxOptions, with a level
+// of its own unless they name one; remove (or the undo) releases the level. A pod in
+// the node's PID or IPC namespace gets none, as with CRI-O ("no SELinux separation
+// with host PID or IPC"): its processes run under the runtime's label.
+func (m *Manager) allocateLabels(sb *Sandbox, undo *undoStack) error {
+	if pod.HostPIDOrIPC(sb.Config) {
+		return nil
+	}
+	l, err := m.opts.Labels.Pod(sb.ID, sb.Config.GetLinux().GetSecurityContext().GetSelinuxOptions())
+	if err != nil {
+		return err
+	}
+	sb.ProcessLabel, sb.MountLabel = l.Process, l.Mount
+	undo.push(func(context.Context) error { m.opts.Labels.Release(sb.ID, l.Process); return nil })
 	return nil
 }
 
@@ -290,7 +313,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 	in := PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: info.args, ImageEnv: info.env,
 		NetNSPath: sb.NetNSPath, UsernsPath: m.fs.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
-		ImageName: img.Name(),
+		ImageName: img.Name(), ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
 	}
 	if sb.SharedRootfs {
 		in.RootPath = m.opts.PauseRootfs

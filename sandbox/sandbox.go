@@ -44,6 +44,10 @@ type Sandbox struct {
 	// SharedRootfs: the pause container runs from the shared read-only
 	// Options.PauseRootfs and has no snapshot of its own.
 	SharedRootfs bool
+	// ProcessLabel and MountLabel are the pod's SELinux labels ("" = none; see
+	// package seclabel). A privileged pod's pause process runs without its label,
+	// but the pod holds the level all the same, as with containerd.
+	ProcessLabel, MountLabel string
 
 	// opMu serialises Stop and Remove of this sandbox; it is held across their
 	// containerd and CNI calls. Lock order: opMu, then mu.

@@ -48,6 +48,9 @@ type PauseSpecInput struct {
 	// RootPath is the root directory, read-only; "": the bundle's "rootfs", where
 	// the shim mounts the pod's snapshot.
 	RootPath string
+	// ProcessLabel and MountLabel are the pod's SELinux labels ("" = none). A
+	// privileged pod's pause process runs without a label, as with containerd.
+	ProcessLabel, MountLabel string
 }
 
 func pauseAnnotations(in PauseSpecInput) map[string]string {
@@ -121,6 +124,7 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 	if sc.GetPrivileged() {
 		opts = append(opts, oci.WithMaskedPaths(nil), oci.WithReadonlyPaths(nil))
 	}
+	opts = append(opts, withSELinux(in.ProcessLabel, in.MountLabel, sc.GetPrivileged()))
 	if u := nsOpts.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
 		opts = append(opts, oci.WithUserNamespace(idMappings(u.GetUids()), idMappings(u.GetGids())))
 		if nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE {
@@ -141,6 +145,21 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 
 	ctx := namespaces.WithNamespace(context.Background(), in.Namespace)
 	return oci.GenerateSpec(ctx, nil, &containers.Container{ID: in.ID}, opts...)
+}
+
+// withSELinux sets the SELinux labels of the process (none when privileged: it runs
+// under the runtime's own label, as with containerd and CRI-O) and of the mounts
+// runc makes.
+func withSELinux(process, mount string, privileged bool) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		if process != "" && !privileged {
+			s.Process.SelinuxLabel = process
+		}
+		if mount != "" {
+			s.Linux.MountLabel = mount
+		}
+		return nil
+	}
 }
 
 func idMappings(m []*runtimeapi.IDMapping) []specs.LinuxIDMapping {

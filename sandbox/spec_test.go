@@ -33,6 +33,19 @@ func TestPauseSpec(t *testing.T) {
 		mutate func(c *runtimeapi.PodSandboxConfig, in *PauseSpecInput)
 		check  func(t *testing.T, s *specs.Spec)
 	}{
+		{name: "SELinux labels", mutate: func(_ *runtimeapi.PodSandboxConfig, in *PauseSpecInput) {
+			in.ProcessLabel, in.MountLabel = "u:r:container_t:s0:c1,c2", "u:object_r:container_file_t:s0:c1,c2"
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, "u:r:container_t:s0:c1,c2", s.Process.SelinuxLabel)
+			require.Equal(t, "u:object_r:container_file_t:s0:c1,c2", s.Linux.MountLabel)
+		}},
+		{name: "SELinux: privileged pause runs without its label", mutate: func(c *runtimeapi.PodSandboxConfig, in *PauseSpecInput) {
+			c.Linux.SecurityContext.Privileged = true
+			in.ProcessLabel, in.MountLabel = "u:r:container_t:s0:c1,c2", "u:object_r:container_file_t:s0:c1,c2"
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Empty(t, s.Process.SelinuxLabel)
+			require.Equal(t, "u:object_r:container_file_t:s0:c1,c2", s.Linux.MountLabel)
+		}},
 		{name: "pod network namespace and hostname", check: func(t *testing.T, s *specs.Spec) {
 			p, ok := nsPath(s, specs.NetworkNamespace)
 			require.True(t, ok)

@@ -132,6 +132,7 @@ func (m *Manager) remove(ctx context.Context, sb *Sandbox) error {
 		m.reapPodShim(ctx, sb)
 	}
 	m.store.delete(sb)
+	m.opts.Labels.Release(sb.ID, sb.ProcessLabel)
 	log.G(ctx).Info("sandbox removed")
 	return nil
 }

@@ -48,6 +48,13 @@ type Config struct {
 	// kubelet v1.37 with EventedPLEG on then loses the pod's active container statuses
 	// and runs init containers again and again (kubernetes#133371).
 	EventedPLEGStatus bool `toml:"evented_pleg_status"`
+	// EnableSELinux gives each pod an SELinux MCS level of its own, labels its and
+	// its containers' processes and files from their SELinuxOptions and relabels
+	// the mounts with selinux_relabel (docs/operating.md, "SELinux"). Off by
+	// default, as containerd's enable_selinux: it needs a policy with container
+	// types, and it changes the labels of files on the node. Without SELinux in the
+	// kernel it does nothing (with a warning).
+	EnableSELinux bool `toml:"enable_selinux"`
 
 	Containerd ContainerdConfig         `toml:"containerd"`
 	CNI        CNIConfig                `toml:"cni"`

@@ -292,11 +292,12 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	// CAP_SYS_RESOURCE, which some nodes lack: docs/operating.md).
 	minOOM := sandbox.OwnOOMScoreAdj(os.ReadFile)
 	cleanups := cleanup.New()
+	labels, seNode := selinuxNode(cfg.EnableSELinux)
 	sandboxes := sandbox.NewManager(sandbox.Options{
 		Client: cl, ContainerdAddress: cfg.Containerd.Address, Namespace: cfg.Containerd.Namespace,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Handlers: handlerSet,
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef, PauseWhenNeeded: cfg.Sandbox.Pause == "when-needed",
-		PauseRootfs: pauseRootfs, MinOOMScoreAdj: minOOM, Cleanups: cleanups,
+		PauseRootfs: pauseRootfs, MinOOMScoreAdj: minOOM, Cleanups: cleanups, Labels: labels,
 	})
 	cfgJSON, err := cfg.JSON()
 	if err != nil {
@@ -313,11 +314,12 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		return wiring{}, err
 	}
 	node := nodeInfo(featureBins)
+	node.SELinux = seNode
 	containers = container.New(container.Options{
 		Client: cl, Pods: sandboxes, Handlers: handlerSet, Images: images,
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM, CDI: cdiRegistry,
 		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
-		Cleanups: cleanups, ContainerFsDir: cfg.ContainerFsDir,
+		Cleanups: cleanups, ContainerFsDir: cfg.ContainerFsDir, Labels: labels,
 	})
 	collector := stats.New(stats.Options{
 		Client: cl, Containers: containers, Images: images, Handlers: handlerSet, CgroupDriver: cfg.CgroupDriver,

@@ -31,6 +31,9 @@ var (
 	skipWhy  string
 	vmDriver = "systemd"
 	apiPort  int
+	// seLinux: the guest is the SELinux one (SHIMD_VM_SELINUX=1, make e2e-selinux),
+	// enforcing, with shimd's enable_selinux on.
+	seLinux bool
 )
 
 // apiAddr is where the guest finds the host's API server (vm.Forward); the guest's
@@ -50,6 +53,7 @@ func runMain(m *testing.M) int {
 		skipWhy = "needs root"
 		return m.Run()
 	}
+	seLinux = os.Getenv("SHIMD_VM_SELINUX") == "1"
 	if d := os.Getenv("SHIMD_VM_CGROUP_DRIVER"); d != "" {
 		vmDriver = d
 	}
@@ -67,7 +71,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	guest, err = vm.Up(ctx, vm.UpConfig{Dir: dir, CgroupDriver: vmDriver, Log: os.Stdout,
-		Forwards: []vm.Forward{{Addr: apiAddr, HostPort: apiPort}}})
+		Forwards: []vm.Forward{{Addr: apiAddr, HostPort: apiPort}}, SELinux: seLinux})
 	if err != nil {
 		fmt.Println("vm:", err)
 		return 1

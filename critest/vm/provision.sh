@@ -9,6 +9,7 @@
 # Usage: provision.sh systemd|cgroupfs    (the cgroup driver shimd uses)
 set -euo pipefail
 driver=${1:-systemd}
+selinux=${2:-}
 tools=/mnt/tools/bin
 echo "provision: cgroup fs $(stat -fc %T /sys/fs/cgroup), PID 1 $(cat /proc/1/comm), kernel $(uname -r), driver $driver"
 
@@ -18,7 +19,9 @@ if [ -e /sys/class/net/eth0 ]; then
 	ip addr add 198.18.254.15/24 dev eth0
 fi
 
-cp -a /mnt/host/install/. /
+# Not the share's extended attributes (cp -a would put the 9p files' SELinux labels
+# on /, /usr and /etc).
+cp -dR --preserve=mode,ownership,timestamps /mnt/host/install/. /
 # crictl of the newest cri-tools the host built (hack/tools.sh: bin/cri-tools-<version>).
 crictl=$( (ls -d "$tools"/cri-tools-v*/crictl 2>/dev/null || true) | sort -V | tail -n 1)
 ln -sf "${crictl:-$tools/crictl}" /usr/local/bin/crictl
@@ -99,6 +102,12 @@ if ! grep -q '^cgroup_driver' "$conf"; then
 	printf '\n# critest/vm/provision.sh\ncgroup_driver = "%s"\n[registry]\n  config_path = "/etc/shimd/certs.d"\n' "$driver" >>"$conf"
 fi
 sed -i "s#^cgroup_driver = .*#cgroup_driver = \"$driver\"#" "$conf"
+# The SELinux guest (image-selinux.sh): shimd labels pods.
+sed -i '/^enable_selinux = /d' "$conf"
+if [ "$selinux" = selinux ]; then
+	sed -i 's#^cgroup_driver = .*#&\nenable_selinux = true#' "$conf"
+	echo "provision: SELinux $(getenforce), policy $(sed -n 's/^SELINUXTYPE=//p' /etc/selinux/config)"
+fi
 
 cat >/etc/crictl.yaml <<'EOF'
 runtime-endpoint: unix:///run/shimd/shimd.sock

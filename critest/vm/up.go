@@ -30,7 +30,13 @@ type UpConfig struct {
 	MemoryMiB, CPUs int
 	// Forwards as in Config; provision.sh sets eth0 up at GuestIP.
 	Forwards []Forward
+	// SELinux boots the SELinux variant of the guest (image-selinux.sh), enforcing,
+	// and turns shimd's enable_selinux on.
+	SELinux bool
 }
+
+// seLinuxCmdline makes Debian's kernel (AppArmor by default) run SELinux, enforcing.
+const seLinuxCmdline = "security=selinux selinux=1 enforcing=1"
 
 // Up builds what the guest needs on the host (the image unless cached, the
 // agent, `make install` of shimd into the share, the offline image set), boots it
@@ -47,7 +53,11 @@ func Up(ctx context.Context, cfg UpConfig) (*VM, error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	image, err := EnsureImage(ctx, root, logw)
+	script, cmdline, provisionArg := "image.sh", "", ""
+	if cfg.SELinux {
+		script, cmdline, provisionArg = "image-selinux.sh", seLinuxCmdline, " selinux"
+	}
+	image, err := ensureImage(ctx, root, script, logw)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +71,7 @@ func Up(ctx context.Context, cfg UpConfig) (*VM, error) {
 	}
 	t1 := time.Now()
 	v, err := Start(ctx, Config{
-		Image: image, Dir: cfg.Dir, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Forwards: cfg.Forwards,
+		Image: image, Dir: cfg.Dir, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Forwards: cfg.Forwards, Cmdline: cmdline,
 		Shares: []Share{
 			{Tag: "host", Path: share},
 			{Tag: "tools", Path: DefaultToolsDir, ReadOnly: true},
@@ -75,7 +85,7 @@ func Up(ctx context.Context, cfg UpConfig) (*VM, error) {
 	t2 := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	code, err := v.Run(pctx, "bash /mnt/host/provision.sh "+cfg.CgroupDriver, logw)
+	code, err := v.Run(pctx, "bash /mnt/host/provision.sh "+cfg.CgroupDriver+provisionArg, logw)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("provision.sh: exit status %d", code)
 	}
@@ -90,11 +100,16 @@ func Up(ctx context.Context, cfg UpConfig) (*VM, error) {
 // EnsureImage runs critest/vm/image.sh (a cached image returns at once) and
 // returns the image directory.
 func EnsureImage(ctx context.Context, root string, logw io.Writer) (string, error) {
+	return ensureImage(ctx, root, "image.sh", logw)
+}
+
+// ensureImage runs an image script of critest/vm and returns the image directory.
+func ensureImage(ctx context.Context, root, script string, logw io.Writer) (string, error) {
 	var out strings.Builder
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "critest/vm/image.sh"), filepath.Join(DefaultToolsDir, "vm"))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "critest/vm", script), filepath.Join(DefaultToolsDir, "vm"))
 	cmd.Stdout, cmd.Stderr = &out, logw
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("critest/vm/image.sh: %w", err)
+		return "", fmt.Errorf("critest/vm/%s: %w", script, err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	return lines[len(lines)-1], nil

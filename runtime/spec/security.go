@@ -14,7 +14,7 @@ import (
 const secField = "config.linux.security_context"
 
 // securityOpts: capabilities, privileged, masked and read-only paths, then the seccomp
-// and AppArmor profiles. SELinux options are ignored: the node has no SELinux.
+// and AppArmor profiles, then the SELinux labels the caller made (Input.SELinux*).
 func securityOpts(in Input) ([]oci.SpecOpts, error) {
 	sc := in.Config.GetLinux().GetSecurityContext()
 	all := allCapabilities(in.AllCapabilities)
@@ -44,7 +44,21 @@ func securityOpts(in Input) ([]oci.SpecOpts, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(opts, seccomp, apparmor), nil
+	return append(opts, seccomp, apparmor, selinuxOpt(in.SELinuxProcessLabel, in.SELinuxMountLabel, sc.GetPrivileged())), nil
+}
+
+// selinuxOpt sets the process label (none for a privileged container: it runs under
+// the runtime's own label, as with containerd and CRI-O) and the label runc gives
+// the mounts it makes (tmpfs, mqueue).
+func selinuxOpt(process, mount string, privileged bool) oci.SpecOpts {
+	return optFunc(func(s *specs.Spec) {
+		if process != "" && !privileged {
+			s.Process.SelinuxLabel = process
+		}
+		if mount != "" {
+			s.Linux.MountLabel = mount
+		}
+	})
 }
 
 // capabilityOpts applies the config's capabilities to the runtime's default set.

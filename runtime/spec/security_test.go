@@ -132,6 +132,23 @@ func TestContainerPrivileged(t *testing.T) {
 			privileged(in)
 			caps(nil, []string{"ALL"})(in)
 		}, check: wantCaps(baseInput().AllCapabilities...)},
+		{name: "SELinux labels", mutate: func(in *Input) {
+			in.SELinuxProcessLabel, in.SELinuxMountLabel = "u:r:container_t:s0:c1,c2", "u:object_r:container_file_t:s0:c1,c2"
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, "u:r:container_t:s0:c1,c2", s.Process.SelinuxLabel)
+			require.Equal(t, "u:object_r:container_file_t:s0:c1,c2", s.Linux.MountLabel)
+		}},
+		{name: "privileged: no SELinux process label, the mount label stays", mutate: func(in *Input) {
+			privileged(in)
+			in.SELinuxProcessLabel, in.SELinuxMountLabel = "u:r:container_t:s0:c1,c2", "u:object_r:container_file_t:s0:c1,c2"
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Empty(t, s.Process.SelinuxLabel)
+			require.Equal(t, "u:object_r:container_file_t:s0:c1,c2", s.Linux.MountLabel)
+		}},
+		{name: "no SELinux: no labels", check: func(t *testing.T, s *specs.Spec) {
+			require.Empty(t, s.Process.SelinuxLabel)
+			require.Empty(t, s.Linux.MountLabel)
+		}},
 		{name: "not privileged: read-only sysfs and cgroupfs", check: func(t *testing.T, s *specs.Spec) {
 			require.Contains(t, mountAt(t, s, "/sys").Options, "ro")
 			require.Contains(t, mountAt(t, s, "/sys/fs/cgroup").Options, "ro")

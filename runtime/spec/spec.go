@@ -99,6 +99,11 @@ type Input struct {
 	// with AppArmorEnabled.
 	AppArmorDefault string
 
+	// SELinuxProcessLabel and SELinuxMountLabel are the container's SELinux labels,
+	// from its pod's and its own SELinuxOptions ("" = none: no SELinux). A
+	// privileged container runs without the process label (containerd, CRI-O).
+	SELinuxProcessLabel, SELinuxMountLabel string
+
 	// AllCapabilities is what "privileged" and an added "ALL" grant: the capabilities
 	// shimd itself holds (cap.Current() read once at start-up), as containerd does. Empty
 	// means cap.Known(), which fails on a node whose bounding set lacks some of them.

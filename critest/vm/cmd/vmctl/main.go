@@ -40,6 +40,7 @@ func main() {
 	mem := flag.Int("memory", 4096, "guest memory in MiB")
 	cpus := flag.Int("cpus", 0, "guest CPUs (default: the host's, at most 4)")
 	driver := flag.String("cgroup-driver", "systemd", "shimd's cgroup driver in the guest (up)")
+	seLinux := flag.Bool("selinux", false, "boot the SELinux guest, enforcing, with enable_selinux (up)")
 	var sh shares
 	flag.Var(&sh, "share", "TAG=PATH[:ro], repeatable")
 	flag.Parse()
@@ -55,7 +56,7 @@ func main() {
 		fmt.Printf("vmctl: guest up in %.1f s (qemu pid %d, console log %s/%s)\n", time.Since(t0).Seconds(), v.PID(), *dir, vm.ConsoleLog)
 		v.Close()
 	case "up":
-		v, err := vm.Up(ctx, vm.UpConfig{Dir: *dir, CgroupDriver: *driver, Log: os.Stdout, MemoryMiB: *mem, CPUs: *cpus})
+		v, err := vm.Up(ctx, vm.UpConfig{Dir: *dir, CgroupDriver: *driver, Log: os.Stdout, MemoryMiB: *mem, CPUs: *cpus, SELinux: *seLinux})
 		fatal(err)
 		fmt.Printf("vmctl: guest ready, qemu pid %d; a shell: vmctl -dir %s shell, or the serial console %s\n", v.PID(), *dir, v.ConsolePath())
 		v.Close()
