@@ -45,6 +45,11 @@ type Cluster struct {
 	net      *network
 	hostsDir string
 	dir      string
+	// registries serve the kubeadm image set and the test image set, in the
+	// order the nodes try them.
+	registries []*harness.Registry
+	// controlPlaneTaint keeps kubeadm's NoSchedule taint on the first node.
+	controlPlaneTaint bool
 }
 
 // Start builds a cluster of n nodes: the registries, the network, kubeadm init
@@ -62,6 +67,11 @@ type Options struct {
 	// plugin (enabled on that node's containerd, beside shimd) instead of shimd:
 	// the starting point of a move to shimd.
 	ContainerdCRI map[string]bool
+	// ControlPlaneTaint keeps the taint kubeadm init puts on the control-plane
+	// node (node-role.kubernetes.io/control-plane:NoSchedule), as on an
+	// operator's cluster: only the other nodes take ordinary pods. Without
+	// it every node is schedulable.
+	ControlPlaneTaint bool
 }
 
 // StartWith is Start with options.
@@ -76,7 +86,7 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	leaks := startLeakCheck(t)
 	restore := saveSysctls(t)
 	t.Cleanup(restore)
-	c := &Cluster{dir: harness.NewBaseDir(t)}
+	c := &Cluster{dir: harness.NewBaseDir(t), controlPlaneTaint: opts.ControlPlaneTaint}
 	c.Cluster = &cluster.Cluster{Dir: c.dir}
 	c.net = newNetwork(t)
 	leaks.id = c.net.id
@@ -126,6 +136,7 @@ func (c *Cluster) startRegistries(t testing.TB) {
 		harness.StartRegistry(t, harness.RegistryOptions{IP: ip, Storage: storage}),
 		harness.StartRegistry(t, harness.RegistryOptions{IP: ip}),
 	}
+	c.registries = regs
 	c.hostsDir = filepath.Join(c.dir, "hosts")
 	for _, h := range append(harness.MirroredHosts, "ghcr.io") {
 		var b strings.Builder
@@ -147,23 +158,29 @@ func (c *Cluster) startRegistries(t testing.TB) {
 // no systemd to manage the kubelet service (the test starts the kubelet).
 var preflightIgnored = []string{"Swap", "SystemVerification", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables", "Service-Kubelet"}
 
-func (c *Cluster) nodeRegistration(n *Node) string {
+// nodeRegistration is the node's part of kubeadm's init or join config. taints
+// is "  taints: []\n" (no taint) or empty (kubeadm's default: the
+// control-plane taint on init, none on join).
+func (c *Cluster) nodeRegistration(n *Node, taints string) string {
 	return fmt.Sprintf(`nodeRegistration:
   name: %s
   criSocket: %s
   imagePullPolicy: IfNotPresent
   ignorePreflightErrors: [%s]
-  taints: []
-  kubeletExtraArgs:
+%s  kubeletExtraArgs:
   - {name: node-ip, value: %q}
   - {name: cgroup-root, value: %q}
-`, n.Name, n.CRIEndpoint(), strings.Join(preflightIgnored, ", "), n.IP, "/"+n.CgroupRoot)
+`, n.Name, n.CRIEndpoint(), strings.Join(preflightIgnored, ", "), taints, n.IP, "/"+n.CgroupRoot)
 }
 
 // initFirst runs kubeadm init on the first node.
 func (c *Cluster) initFirst(t testing.TB) {
 	t.Helper()
 	n := c.Nodes[0]
+	taints := "  taints: []\n"
+	if c.controlPlaneTaint {
+		taints = ""
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 bootstrapTokens:
@@ -202,7 +219,7 @@ conntrack:
   maxPerCore: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, Token, n.IP, c.nodeRegistration(n), version(t), n.IP, PodSubnet, ServiceSubnet)
+`, Token, n.IP, c.nodeRegistration(n, taints), version(t), n.IP, PodSubnet, ServiceSubnet)
 	path := filepath.Join(n.Dir, "kubeadm-init.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		harness.Fatalf(t, "kubeadm: %v", err)
@@ -236,7 +253,7 @@ discovery:
     apiServerEndpoint: "%s:6443"
     token: %q
     caCertHashes: [%q]
-%s`, c.Nodes[0].IP, Token, caHash(t, c.Nodes[0].Path("/etc/kubernetes/pki/ca.crt")), c.nodeRegistration(n))
+%s`, c.Nodes[0].IP, Token, caHash(t, c.Nodes[0].Path("/etc/kubernetes/pki/ca.crt")), c.nodeRegistration(n, "  taints: []\n"))
 	path := filepath.Join(n.Dir, "kubeadm-join.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		harness.Fatalf(t, "kubeadm: %v", err)
