@@ -72,6 +72,10 @@ type Options struct {
 	// operator's cluster: only the other nodes take ordinary pods. Without
 	// it every node is schedulable.
 	ControlPlaneTaint bool
+	// ConformanceImages serves the conformance image set (mkimages
+	// -conformance: what the [Conformance] tests pull beyond the test set)
+	// too.
+	ConformanceImages bool
 }
 
 // StartWith is Start with options.
@@ -90,7 +94,7 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	c.Cluster = &cluster.Cluster{Dir: c.dir}
 	c.net = newNetwork(t)
 	leaks.id = c.net.id
-	c.startRegistries(t)
+	c.startRegistries(t, opts.ConformanceImages)
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("node%d", i)
 		c.Nodes = append(c.Nodes, startNode(t, c.net, name, c.net.nodeIP(i), c.hostsDir, opts.ContainerdCRI[name]))
@@ -113,28 +117,20 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// startRegistries serves the test image set and the kubeadm image set on the
-// bridge's host address and writes hosts.toml files that send every upstream
-// registry to them, tried in turn, and nowhere else.
-func (c *Cluster) startRegistries(t testing.TB) {
+// startRegistries serves the test image set and the kubeadm image set (and,
+// with conformance, the conformance set) on the bridge's host address and
+// writes hosts.toml files that send every upstream registry to them, tried in
+// turn, and nowhere else.
+func (c *Cluster) startRegistries(t testing.TB, conformance bool) {
 	t.Helper()
-	root, err := harness.RepoRoot()
-	if err != nil {
-		harness.Fatalf(t, "kubeadm: %v", err)
-	}
-	cmd := exec.Command("go", "run", "./critest/images/cmd/mkimages", "-kubeadm")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		harness.Fatalf(t, "kubeadm: building the kubeadm image set: %v\n%s", err, out)
-	}
-	storage := os.Getenv("SHIMD_KUBEADM_REGISTRY_STORAGE")
-	if storage == "" {
-		storage = "/var/cache/shimd/registry-kubeadm"
-	}
 	ip := c.net.gateway.String()
 	regs := []*harness.Registry{
-		harness.StartRegistry(t, harness.RegistryOptions{IP: ip, Storage: storage}),
+		harness.StartRegistry(t, harness.RegistryOptions{IP: ip, Storage: buildSet(t, "-kubeadm", "SHIMD_KUBEADM_REGISTRY_STORAGE", "/var/cache/shimd/registry-kubeadm")}),
 		harness.StartRegistry(t, harness.RegistryOptions{IP: ip}),
+	}
+	if conformance {
+		regs = append(regs, harness.StartRegistry(t, harness.RegistryOptions{IP: ip,
+			Storage: buildSet(t, "-conformance", "SHIMD_CONFORMANCE_REGISTRY_STORAGE", "/var/cache/shimd/registry-conformance")}))
 	}
 	c.registries = regs
 	c.hostsDir = filepath.Join(c.dir, "hosts")
@@ -151,6 +147,26 @@ func (c *Cluster) startRegistries(t testing.TB) {
 			harness.Fatalf(t, "kubeadm: %v", err)
 		}
 	}
+}
+
+// buildSet builds an image set (mkimages flag: -kubeadm or -conformance;
+// nothing when its stamp is current) and returns its storage: env's value, or
+// def.
+func buildSet(t testing.TB, flag, env, def string) string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	cmd := exec.Command("go", "run", "./critest/images/cmd/mkimages", flag)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		harness.Fatalf(t, "kubeadm: building the image set (mkimages %s): %v\n%s", flag, err, out)
+	}
+	if s := os.Getenv(env); s != "" {
+		return s
+	}
+	return def
 }
 
 // preflightIgnored are kubeadm's preflight checks this host cannot pass: it

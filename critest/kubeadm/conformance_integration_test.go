@@ -81,7 +81,7 @@ func TestKubeadmConformance(t *testing.T) {
 		harness.Fatalf(t, "%v", err)
 	}
 
-	opts := Options{Nodes: 3, ControlPlaneTaint: true}
+	opts := Options{Nodes: 3, ControlPlaneTaint: true, ConformanceImages: true}
 	cri := os.Getenv("SHIMD_KUBEADM_CRI")
 	switch cri {
 	case "", "shimd":
