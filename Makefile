@@ -252,14 +252,16 @@ node-conformance: tools
 # ginkgo processes (default 2), then [Serial] in one; [Disruptive] and [Flaky] skipped.
 # Prints ginkgo's summary of each pass; kubeadm reset and nothing left at the end. Not
 # part of check: hours. The first run builds e2e.test (hack/tools.sh e2e, about 15
-# minutes). KUBEADM_CONFORMANCE_FOCUS narrows it, KUBEADM_CONFORMANCE_SERIAL=0 drops the
-# serial pass, KUBEADM_CONFORMANCE_REPORT_DIR (default /var/tmp/shimd-kubeadm-conformance),
-# SHIMD_KUBEADM_CRI=containerd runs the same cluster on containerd's CRI.
+# minutes) and the sample API server (hack/tools.sh sample-apiserver).
+# KUBEADM_CONFORMANCE_FOCUS narrows it, KUBEADM_CONFORMANCE_SERIAL=0 drops the serial
+# pass, KUBEADM_CONFORMANCE_REPORT_DIR keeps the reports (default
+# /var/tmp/shimd-kubeadm-conformance), SHIMD_KUBEADM_CRI=containerd runs the same
+# cluster on containerd's CRI.
 CONFORMANCE_TIMEOUT ?= 8h
 .PHONY: conformance
 conformance: tools
 	bash hack/tools.sh cluster && bash hack/tools.sh kubeadm && bash hack/tools.sh e2e && \
-		SHIMD_KUBEADM_CONFORMANCE=1 $(GO) test -tags integration -count=1 -timeout $(CONFORMANCE_TIMEOUT) -run TestKubeadmConformance -v ./critest/kubeadm/
+		bash hack/tools.sh sample-apiserver && SHIMD_KUBEADM_CONFORMANCE=1 $(GO) test -tags integration -count=1 -timeout $(CONFORMANCE_TIMEOUT) -run TestKubeadmConformance -v ./critest/kubeadm/
 
 tools:
 	bash hack/tools.sh all

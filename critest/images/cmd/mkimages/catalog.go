@@ -25,6 +25,9 @@ type inputs struct {
 	// AgnhostTag is that agnhost's version (agnhost.version beside the binary: the
 	// release's test/images/agnhost/VERSION, the tag its e2e tests pull).
 	AgnhostTag string
+	// SampleAPIServer is k8s.io/sample-apiserver of the release (hack/tools.sh
+	// sample-apiserver), for the conformance set; nil leaves its image out.
+	SampleAPIServer []byte
 }
 
 const (

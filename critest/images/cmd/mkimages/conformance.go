@@ -1,6 +1,10 @@
 package main
 
-import "errors"
+import (
+	"errors"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
 
 // The conformance image set (issue 47, make conformance): the images the
 // Kubernetes [Conformance] tests of the release pull beyond the test image set
@@ -13,7 +17,9 @@ const defaultConformanceStorage = "/var/cache/shimd/registry-conformance"
 // conformanceCatalog is the conformance set: the previous agnhost (the
 // StatefulSet and pod update tests move pods to it), the newer nginx (server-side
 // apply tests), kitten and nautilus (kubectl's update demo: agnhost's
-// test-webserver serving / with data.json naming the picture).
+// test-webserver serving / with data.json naming the picture) and, when
+// hack/tools.sh sample-apiserver has built it, the sample API server (the
+// aggregator tests; their etcd is the kubeadm set's).
 func conformanceCatalog(in inputs) ([]*image, error) {
 	if in.Agnhost == nil {
 		return nil, errors.New("the conformance set needs agnhost: build it with hack/tools.sh e2e")
@@ -28,9 +34,9 @@ func conformanceCatalog(in inputs) ([]*image, error) {
 			byName[n] = img
 		}
 	}
-	agnhost, nginx := byName[e2e+"agnhost:"+in.AgnhostTag], byName[e2e+"nginx:1.27.0-2"]
-	if agnhost == nil || nginx == nil {
-		return nil, errors.New("the test set lacks agnhost or nginx")
+	agnhost, nginx, busybox := byName[e2e+"agnhost:"+in.AgnhostTag], byName[e2e+"nginx:1.27.0-2"], byName[e2e+"busybox:1.37.0-2"]
+	if agnhost == nil || nginx == nil || busybox == nil {
+		return nil, errors.New("the test set lacks agnhost, nginx or busybox")
 	}
 	var b builder
 	rename := func(img *image, name, doc string) *image {
@@ -52,6 +58,13 @@ func conformanceCatalog(in inputs) ([]*image, error) {
 		out = append(out, &image{Names: []string{e2e + pic + ":1.8"},
 			Doc:    pic + " 1.8: the agnhost image with /" + pic + ".jpg (a placeholder) and /data.json, running agnhost test-webserver (serves / on :80)",
 			Layers: append(append([]*layer{}, agnhost.Layers...), l), Config: cfg, Format: dockerV2List})
+	}
+	if in.SampleAPIServer != nil {
+		out = append(out, &image{Names: []string{e2e + "sample-apiserver:1.29.2"},
+			Doc: "sample-apiserver 1.29.2 (the aggregator tests'): k8s.io/sample-apiserver of the release (hack/tools.sh sample-apiserver) as /sample-apiserver, on the busybox base",
+			Layers: append(append([]*layer{}, busybox.Layers...), b.layer("k8s.io/sample-apiserver (hack/tools.sh sample-apiserver)", []entry{
+				file("sample-apiserver", 0o755, in.SampleAPIServer)})),
+			Config: ocispec.ImageConfig{Entrypoint: []string{"/sample-apiserver"}}, Format: dockerV2List})
 	}
 	return out, b.err
 }

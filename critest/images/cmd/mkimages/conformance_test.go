@@ -10,7 +10,9 @@ import (
 // tests pull beyond the test set, each a distinct image, none of the test
 // set's names; without agnhost it refuses to build.
 func TestConformanceCatalog(t *testing.T) {
-	imgs, err := conformanceCatalog(fakeInputs())
+	in := fakeInputs()
+	in.SampleAPIServer = []byte("sample-apiserver")
+	imgs, err := conformanceCatalog(in)
 	require.NoError(t, err)
 	test, _ := renderAll(t)
 	ids := map[string]string{}
@@ -28,9 +30,8 @@ func TestConformanceCatalog(t *testing.T) {
 			names = append(names, n)
 		}
 	}
-	require.ElementsMatch(t, []string{e2e + "agnhost:2.55", e2e + "nginx:1.28.0-2", e2e + "kitten:1.8", e2e + "nautilus:1.8"}, names)
+	require.ElementsMatch(t, []string{e2e + "agnhost:2.55", e2e + "nginx:1.28.0-2", e2e + "kitten:1.8", e2e + "nautilus:1.8", e2e + "sample-apiserver:1.29.2"}, names)
 
-	in := fakeInputs()
 	in.Agnhost = nil
 	_, err = conformanceCatalog(in)
 	require.Error(t, err)

@@ -75,6 +75,7 @@ func main() {
 				*storage = envOr("SHIMD_CONFORMANCE_REGISTRY_STORAGE", defaultConformanceStorage)
 			}
 			cfg.storage, cfg.catalog, cfg.keyPrefix = *storage, conformanceCatalog, "conformance set\n"
+			cfg.sampleAPIServer = filepath.Join(k8sversion.BinDir(envOr("SHIMD_TOOLS", defaultTools)), "sample-apiserver")
 		}
 		if err := build(cfg, logf); err != nil {
 			fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
@@ -98,6 +99,9 @@ type config struct {
 	// keyPrefix tells the sets' stamps apart.
 	catalog   func(inputs) ([]*image, error)
 	keyPrefix string
+	// sampleAPIServer is the sample API server binary (hack/tools.sh
+	// sample-apiserver) of the conformance set; missing leaves its image out.
+	sampleAPIServer string
 }
 
 func build(cfg config, logf func(string, ...any)) error {
@@ -142,6 +146,17 @@ func build(cfg config, logf func(string, ...any)) error {
 		}
 		agnhostKey = fmt.Sprintf("agnhost %s %x", agnhostTag, h.Sum(nil))
 	}
+	var sampleAPIServer []byte
+	if cfg.sampleAPIServer != "" {
+		sampleAPIServer, err = os.ReadFile(cfg.sampleAPIServer)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if sampleAPIServer == nil {
+			logf("no %s (hack/tools.sh sample-apiserver): its image is left out", cfg.sampleAPIServer)
+		}
+		agnhostKey += fmt.Sprintf("\nsample-apiserver %x", sha256.Sum256(sampleAPIServer))
+	}
 	key, err := sourceKey(filepath.Join(repo, "critest/images"), cfg.keyPrefix+bbKey+"\n"+agnhostKey)
 	if err != nil {
 		return err
@@ -156,7 +171,7 @@ func build(cfg config, logf func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost, AgnhostTag: agnhostTag}
+	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost, AgnhostTag: agnhostTag, SampleAPIServer: sampleAPIServer}
 	if in.Busybox, err = os.ReadFile(bb); err != nil {
 		return err
 	}
