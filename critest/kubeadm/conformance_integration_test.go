@@ -56,30 +56,9 @@ func TestKubeadmConformance(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the kubeadm cluster needs root")
 	}
-	parallel := DefaultConformanceParallel
-	if v := os.Getenv("KUBEADM_CONFORMANCE_PARALLEL"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			harness.Fatalf(t, "KUBEADM_CONFORMANCE_PARALLEL=%q: want a positive integer", v)
-		}
-		parallel = n
-	}
-	e2eTest, ginkgo := cluster.Binary("e2e.test"), cluster.Binary("ginkgo-e2e")
-	for _, b := range []string{e2eTest, ginkgo, cluster.Binary("agnhost")} {
-		if _, err := os.Stat(b); err != nil {
-			harness.Fatalf(t, "no %s: build it with hack/tools.sh e2e (make conformance does)", b)
-		}
-	}
-	reportDir := os.Getenv("KUBEADM_CONFORMANCE_REPORT_DIR")
-	if reportDir == "" {
-		reportDir = "/var/tmp/shimd-kubeadm-conformance"
-	}
-	if err := os.RemoveAll(reportDir); err != nil {
-		harness.Fatalf(t, "%v", err)
-	}
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		harness.Fatalf(t, "%v", err)
-	}
+	parallel := cluster.E2EParallel(t, "KUBEADM_CONFORMANCE_PARALLEL", DefaultConformanceParallel)
+	e2eTest, ginkgo := cluster.E2EBinaries(t, "make conformance")
+	reportDir := cluster.E2EReportDir(t, "KUBEADM_CONFORMANCE_REPORT_DIR", "/var/tmp/shimd-kubeadm-conformance")
 
 	opts := Options{Nodes: 3, ControlPlaneTaint: true, ConformanceImages: true}
 	cri := os.Getenv("SHIMD_KUBEADM_CRI")
@@ -96,11 +75,11 @@ func TestKubeadmConformance(t *testing.T) {
 	t.Cleanup(func() { c.Reset(t) })
 	// The agnhost image is built from hack/tools.sh e2e's binary: a set built
 	// before that lacks it.
-	tag, err := os.ReadFile(cluster.Binary("agnhost.version"))
+	agnhost, err := cluster.AgnhostImage()
 	if err != nil {
-		harness.Fatalf(t, "agnhost's version (build it again with hack/tools.sh e2e): %v", err)
+		harness.Fatalf(t, "%v", err)
 	}
-	c.registries[1].Digest(t, "registry.k8s.io/e2e-test-images/agnhost:"+strings.TrimSpace(string(tag)))
+	c.registries[1].Digest(t, agnhost)
 	nodes, _ := c.Kubectl(t, "get", "nodes", "-o", "wide")
 	t.Logf("cluster of 3 nodes on %s Ready after %s:\n%s", cri, time.Since(start).Round(time.Second), nodes)
 
