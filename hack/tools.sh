@@ -17,6 +17,8 @@
 #   hack/tools.sh e2e        the upstream e2e test binary e2e.test, agnhost and the
 #                            ginkgo CLI of e2e.test's ginkgo, $KUBELET_VERSION (make
 #                            node-conformance; about 15 minutes and 4 GB of memory the first time)
+#   hack/tools.sh sample-apiserver  k8s.io/sample-apiserver $KUBELET_VERSION, for the
+#                            conformance image set (make conformance)
 #   hack/tools.sh runsc      gVisor's runsc and containerd-shim-runsc-v1 (the runsc runtime handler)
 #   hack/tools.sh criu       CRIU 4.1.1 (checkpoint/restore), built from Debian trixie's
 #                            source tarball into $SHIMD_TOOLS/criu-4.1.1, linked as
@@ -478,6 +480,28 @@ criu_build() { # install-dir
 	)
 }
 
+# The sample API server of the release (k8s.io/sample-apiserver, its staging module at
+# v0.$minor.$patch): the [Conformance] aggregator tests run it from
+# registry.k8s.io/e2e-test-images/sample-apiserver, which critest/images packs
+# (mkimages -conformance). Apart from e2e_bins, whose cache it leaves alone.
+sample_apiserver_bin() {
+	if [ -x "$KBIN/sample-apiserver" ] && [ "$(cat "$KBIN/sample-apiserver.version" 2>/dev/null)" = "$KUBELET_VERSION" ]; then return 0; fi
+	log "building sample-apiserver $KUBELET_VERSION (a few minutes)"
+	local d
+	d=$(mktemp -d)
+	(
+		cd "$d"
+		export GOFLAGS=-mod=mod CGO_ENABLED=0
+		go mod init x >/dev/null 2>&1
+		go get "k8s.io/sample-apiserver@v0${KUBELET_VERSION#v1}"
+		k8s_build "$d/sample-apiserver.bin" k8s.io/sample-apiserver
+	)
+	mkdir -p "$KBIN"
+	mv "$d/sample-apiserver.bin" "$KBIN/sample-apiserver"
+	echo "$KUBELET_VERSION" >"$KBIN/sample-apiserver.version"
+	rm -rf "$d"
+}
+
 case "${1:-all}" in
 debs) debs ;;
 containerd) containerd_bins ;;
@@ -489,7 +513,8 @@ runsc) runsc_bins ;;
 criu) criu_bin ;;
 cluster) kube_bins "${KUBE_BINS[@]}"; etcd_bin ;;
 e2e) e2e_bins ;;
+sample-apiserver) sample_apiserver_bin ;;
 kubeadm) kube_bins kubeadm kube-proxy; coredns_bin; flannel_bin ;;
 all) debs; containerd_bins; runc_bin; criu_bin; critools; kube_bins "${KUBE_BINS[@]}" kubeadm kube-proxy; etcd_bin; coredns_bin; flannel_bin ;;
-*) echo "usage: $0 debs|containerd|containerd-profiled|runc|critools|kubelet|runsc|criu|cluster|kubeadm|e2e|all" >&2; exit 2 ;;
+*) echo "usage: $0 debs|containerd|containerd-profiled|runc|critools|kubelet|runsc|criu|cluster|kubeadm|e2e|sample-apiserver|all" >&2; exit 2 ;;
 esac

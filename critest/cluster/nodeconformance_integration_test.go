@@ -49,20 +49,8 @@ func TestNodeConformance(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the node conformance run needs root")
 	}
-	parallel := DefaultNodeConformanceParallel
-	if v := os.Getenv("NODE_CONFORMANCE_PARALLEL"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			harness.Fatalf(t, "NODE_CONFORMANCE_PARALLEL=%q: want a positive integer", v)
-		}
-		parallel = n
-	}
-	e2eTest, ginkgo := Binary("e2e.test"), Binary("ginkgo-e2e")
-	for _, b := range []string{e2eTest, ginkgo, Binary("agnhost")} {
-		if _, err := os.Stat(b); err != nil {
-			harness.Fatalf(t, "no %s: build it with hack/tools.sh e2e (make node-conformance does)", b)
-		}
-	}
+	parallel := E2EParallel(t, "NODE_CONFORMANCE_PARALLEL", DefaultNodeConformanceParallel)
+	e2eTest, ginkgo := E2EBinaries(t, "make node-conformance")
 	root, err := harness.RepoRoot()
 	if err != nil {
 		harness.Fatalf(t, "%v", err)
@@ -77,7 +65,7 @@ func TestNodeConformance(t *testing.T) {
 
 	// The agnhost image must be in the offline set: it is built from hack/tools.sh
 	// e2e's agnhost binary, so a set built before that lacks it.
-	agnhostImage, err := agnhostImage()
+	agnhostImage, err := AgnhostImage()
 	if err != nil {
 		harness.Fatalf(t, "%v", err)
 	}
@@ -110,16 +98,7 @@ func TestNodeConformance(t *testing.T) {
 		}
 	})
 
-	reportDir := os.Getenv("NODE_CONFORMANCE_REPORT_DIR")
-	if reportDir == "" {
-		reportDir = "/var/tmp/shimd-node-conformance"
-	}
-	if err := os.RemoveAll(reportDir); err != nil {
-		harness.Fatalf(t, "%v", err)
-	}
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		harness.Fatalf(t, "%v", err)
-	}
+	reportDir := E2EReportDir(t, "NODE_CONFORMANCE_REPORT_DIR", "/var/tmp/shimd-node-conformance")
 	focus := `\[NodeConformance\]`
 	if f := os.Getenv("NODE_CONFORMANCE_FOCUS"); f != "" {
 		// The tag stands before or after the words, depending on the test.
@@ -177,17 +156,6 @@ func TestNodeConformance(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// agnhostImage is the agnhost image the e2e tests of the release pull: tagged with
-// the agnhost.version hack/tools.sh e2e writes beside the binary, as
-// critest/images tags it.
-func agnhostImage() (string, error) {
-	b, err := os.ReadFile(Binary("agnhost.version"))
-	if err != nil {
-		return "", fmt.Errorf("agnhost's version (build it again with hack/tools.sh e2e): %w", err)
-	}
-	return "registry.k8s.io/e2e-test-images/agnhost:" + strings.TrimSpace(string(b)), nil
 }
 
 // RepoList is e2e.test's KUBE_TEST_REPO_LIST: every registry of

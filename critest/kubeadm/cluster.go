@@ -45,6 +45,11 @@ type Cluster struct {
 	net      *network
 	hostsDir string
 	dir      string
+	// registries serve the kubeadm image set and the test image set, in the
+	// order the nodes try them.
+	registries []*harness.Registry
+	// controlPlaneTaint keeps kubeadm's NoSchedule taint on the first node.
+	controlPlaneTaint bool
 }
 
 // Start builds a cluster of n nodes: the registries, the network, kubeadm init
@@ -62,6 +67,15 @@ type Options struct {
 	// plugin (enabled on that node's containerd, beside shimd) instead of shimd:
 	// the starting point of a move to shimd.
 	ContainerdCRI map[string]bool
+	// ControlPlaneTaint keeps the taint kubeadm init puts on the control-plane
+	// node (node-role.kubernetes.io/control-plane:NoSchedule), as on an
+	// operator's cluster: only the other nodes take ordinary pods. Without
+	// it every node is schedulable.
+	ControlPlaneTaint bool
+	// ConformanceImages serves the conformance image set (mkimages
+	// -conformance: what the [Conformance] tests pull beyond the test set)
+	// too.
+	ConformanceImages bool
 }
 
 // StartWith is Start with options.
@@ -76,11 +90,11 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	leaks := startLeakCheck(t)
 	restore := saveSysctls(t)
 	t.Cleanup(restore)
-	c := &Cluster{dir: harness.NewBaseDir(t)}
+	c := &Cluster{dir: harness.NewBaseDir(t), controlPlaneTaint: opts.ControlPlaneTaint}
 	c.Cluster = &cluster.Cluster{Dir: c.dir}
 	c.net = newNetwork(t)
 	leaks.id = c.net.id
-	c.startRegistries(t)
+	c.startRegistries(t, opts.ConformanceImages)
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("node%d", i)
 		c.Nodes = append(c.Nodes, startNode(t, c.net, name, c.net.nodeIP(i), c.hostsDir, opts.ContainerdCRI[name]))
@@ -103,29 +117,22 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// startRegistries serves the test image set and the kubeadm image set on the
-// bridge's host address and writes hosts.toml files that send every upstream
-// registry to them, tried in turn, and nowhere else.
-func (c *Cluster) startRegistries(t testing.TB) {
+// startRegistries serves the test image set and the kubeadm image set (and,
+// with conformance, the conformance set) on the bridge's host address and
+// writes hosts.toml files that send every upstream registry to them, tried in
+// turn, and nowhere else.
+func (c *Cluster) startRegistries(t testing.TB, conformance bool) {
 	t.Helper()
-	root, err := harness.RepoRoot()
-	if err != nil {
-		harness.Fatalf(t, "kubeadm: %v", err)
-	}
-	cmd := exec.Command("go", "run", "./critest/images/cmd/mkimages", "-kubeadm")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		harness.Fatalf(t, "kubeadm: building the kubeadm image set: %v\n%s", err, out)
-	}
-	storage := os.Getenv("SHIMD_KUBEADM_REGISTRY_STORAGE")
-	if storage == "" {
-		storage = "/var/cache/shimd/registry-kubeadm"
-	}
 	ip := c.net.gateway.String()
 	regs := []*harness.Registry{
-		harness.StartRegistry(t, harness.RegistryOptions{IP: ip, Storage: storage}),
+		harness.StartRegistry(t, harness.RegistryOptions{IP: ip, Storage: buildSet(t, "-kubeadm", "SHIMD_KUBEADM_REGISTRY_STORAGE", "/var/cache/shimd/registry-kubeadm")}),
 		harness.StartRegistry(t, harness.RegistryOptions{IP: ip}),
 	}
+	if conformance {
+		regs = append(regs, harness.StartRegistry(t, harness.RegistryOptions{IP: ip,
+			Storage: buildSet(t, "-conformance", "SHIMD_CONFORMANCE_REGISTRY_STORAGE", "/var/cache/shimd/registry-conformance")}))
+	}
+	c.registries = regs
 	c.hostsDir = filepath.Join(c.dir, "hosts")
 	for _, h := range append(harness.MirroredHosts, "ghcr.io") {
 		var b strings.Builder
@@ -142,28 +149,54 @@ func (c *Cluster) startRegistries(t testing.TB) {
 	}
 }
 
+// buildSet builds an image set (mkimages flag: -kubeadm or -conformance;
+// nothing when its stamp is current) and returns its storage: env's value, or
+// def.
+func buildSet(t testing.TB, flag, env, def string) string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	cmd := exec.Command("go", "run", "./critest/images/cmd/mkimages", flag)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		harness.Fatalf(t, "kubeadm: building the image set (mkimages %s): %v\n%s", flag, err, out)
+	}
+	if s := os.Getenv(env); s != "" {
+		return s
+	}
+	return def
+}
+
 // preflightIgnored are kubeadm's preflight checks this host cannot pass: it
 // has swap on and a cgroup v1 kernel (SystemVerification warns of v1), and
 // no systemd to manage the kubelet service (the test starts the kubelet).
 var preflightIgnored = []string{"Swap", "SystemVerification", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables", "Service-Kubelet"}
 
-func (c *Cluster) nodeRegistration(n *Node) string {
+// nodeRegistration is the node's part of kubeadm's init or join config. taints
+// is "  taints: []\n" (no taint) or empty (kubeadm's default: the
+// control-plane taint on init, none on join).
+func (c *Cluster) nodeRegistration(n *Node, taints string) string {
 	return fmt.Sprintf(`nodeRegistration:
   name: %s
   criSocket: %s
   imagePullPolicy: IfNotPresent
   ignorePreflightErrors: [%s]
-  taints: []
-  kubeletExtraArgs:
+%s  kubeletExtraArgs:
   - {name: node-ip, value: %q}
   - {name: cgroup-root, value: %q}
-`, n.Name, n.CRIEndpoint(), strings.Join(preflightIgnored, ", "), n.IP, "/"+n.CgroupRoot)
+`, n.Name, n.CRIEndpoint(), strings.Join(preflightIgnored, ", "), taints, n.IP, "/"+n.CgroupRoot)
 }
 
 // initFirst runs kubeadm init on the first node.
 func (c *Cluster) initFirst(t testing.TB) {
 	t.Helper()
 	n := c.Nodes[0]
+	taints := "  taints: []\n"
+	if c.controlPlaneTaint {
+		taints = ""
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 bootstrapTokens:
@@ -202,7 +235,7 @@ conntrack:
   maxPerCore: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, Token, n.IP, c.nodeRegistration(n), version(t), n.IP, PodSubnet, ServiceSubnet)
+`, Token, n.IP, c.nodeRegistration(n, taints), version(t), n.IP, PodSubnet, ServiceSubnet)
 	path := filepath.Join(n.Dir, "kubeadm-init.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		harness.Fatalf(t, "kubeadm: %v", err)
@@ -236,7 +269,7 @@ discovery:
     apiServerEndpoint: "%s:6443"
     token: %q
     caCertHashes: [%q]
-%s`, c.Nodes[0].IP, Token, caHash(t, c.Nodes[0].Path("/etc/kubernetes/pki/ca.crt")), c.nodeRegistration(n))
+%s`, c.Nodes[0].IP, Token, caHash(t, c.Nodes[0].Path("/etc/kubernetes/pki/ca.crt")), c.nodeRegistration(n, "  taints: []\n"))
 	path := filepath.Join(n.Dir, "kubeadm-join.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		harness.Fatalf(t, "kubeadm: %v", err)

@@ -3,11 +3,12 @@
 // Kubernetes' e2e tests use on pods, GET only.
 //
 //	curl [-g] [-q] [-s] [-S] [-f] [-i] [-L] [-o FILE] [-w '%{http_code}']
-//	     [--max-time N] [-m N] [--connect-timeout N] URL
+//	     [--max-time N] [-m N] [--connect-timeout N] [--interface IP|NAME] URL
 //
 // The body goes to stdout (or FILE); with -w, the status code follows. Exit
 // codes are curl's: 0, 3 (bad URL), 6 (cannot resolve), 7 (cannot connect),
-// 22 (-f and a status >= 400), 28 (timeout), 2 (unknown option).
+// 22 (-f and a status >= 400), 28 (timeout), 45 (no such --interface), 2
+// (unknown option).
 //
 // It is built static by critest/images/cmd/mkimages; nothing imports it.
 package main
@@ -33,6 +34,9 @@ type options struct {
 	follow         bool
 	maxTime        time.Duration
 	connectTimeout time.Duration
+	// iface is --interface: the source address (an IP, or an interface's
+	// first address).
+	iface string
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -71,6 +75,8 @@ func parse(args []string) (options, error) {
 			if s, err = next(); err == nil {
 				o.maxTime, err = seconds(s)
 			}
+		case "--interface":
+			o.iface, err = next()
 		case "--connect-timeout":
 			var s string
 			if s, err = next(); err == nil {
@@ -107,9 +113,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, o.maxTime)
 		defer cancel()
 	}
+	dialer := &net.Dialer{Timeout: o.connectTimeout}
+	if o.iface != "" {
+		ip, err := sourceIP(o.iface)
+		if err != nil {
+			fmt.Fprintf(stderr, "curl: (45) bind failed: %v\n", err)
+			return 45
+		}
+		dialer.LocalAddr = &net.TCPAddr{IP: ip}
+	}
 	client := &http.Client{Transport: &http.Transport{
 		Proxy:       nil,
-		DialContext: (&net.Dialer{Timeout: o.connectTimeout}).DialContext,
+		DialContext: dialer.DialContext,
 	}}
 	if !o.follow {
 		client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -173,4 +188,26 @@ func exitCode(err error) int {
 		}
 		return 56
 	}
+}
+
+// sourceIP is the address --interface names: an IP, or the first address of
+// the interface of that name.
+func sourceIP(iface string) (net.IP, error) {
+	if ip := net.ParseIP(iface); ip != nil {
+		return ip, nil
+	}
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			return n.IP, nil
+		}
+	}
+	return nil, fmt.Errorf("interface %s has no address", iface)
 }

@@ -39,6 +39,9 @@ func TestCurl(t *testing.T) {
 		{"output file", []string{"-s", "-o", out, "-w", "%{http_code}", srv.URL}, 0, "200"},
 		{"fail", []string{"-s", "-f", srv.URL + "/missing"}, 22, ""},
 		{"refused", []string{"-s", "--max-time", "15", "--connect-timeout", "1", "http://" + closed + "/hostName"}, 7, ""},
+		{"interface address", []string{"-g", "--connect-timeout", "5", "--interface", "127.0.0.1", srv.URL + "/?request=src"}, 0, "hello src"},
+		{"interface name", []string{"--interface", "lo", srv.URL + "/?request=lo"}, 0, "hello lo"},
+		{"no such interface", []string{"--interface", "shimd-no-such-if", srv.URL}, 45, ""},
 		{"unknown option", []string{"--data", "x", srv.URL}, 2, ""},
 		{"no url", []string{"-s"}, 2, ""},
 	} {

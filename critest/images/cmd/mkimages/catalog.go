@@ -25,6 +25,9 @@ type inputs struct {
 	// AgnhostTag is that agnhost's version (agnhost.version beside the binary: the
 	// release's test/images/agnhost/VERSION, the tag its e2e tests pull).
 	AgnhostTag string
+	// SampleAPIServer is k8s.io/sample-apiserver of the release (hack/tools.sh
+	// sample-apiserver), for the conformance set; nil leaves its image out.
+	SampleAPIServer []byte
 }
 
 const (
@@ -96,10 +99,13 @@ func catalog(in inputs) ([]*image, error) {
 	marker := func(p string) *layer { return b.layer("marker file /"+p, []entry{file(p, 0o644, nil)}) }
 
 	imgs := []*image{
-		{Names: []string{e2e + "busybox:1.29-2", e2e + "busybox:1.37.0-1", e2e + "busybox:1.37.0-2", e2e + "glibc-dns-testing:2.1.1"},
-			Doc: "busybox: critest's default container image and the Kubernetes e2e tests' (v1.34: 1.37.0-1, v1.37: 1.37.0-2); " +
-				"also glibc-dns-testing, whose only [NodeConformance] use (v1.37) is sh, hostname and hostname -f through /etc/hosts",
+		{Names: []string{e2e + "busybox:1.29-2", e2e + "busybox:1.37.0-1", e2e + "busybox:1.37.0-2"},
+			Doc:    "busybox: critest's default container image and the Kubernetes e2e tests' (v1.34: 1.37.0-1, v1.37: 1.37.0-2)",
 			Layers: base, Config: sh, Format: dockerV2List},
+		{Names: []string{e2e + "glibc-dns-testing:2.1.1"},
+			Doc: "glibc-dns-testing: busybox with the dig and getent stand-in (critest/images/cmd/dig) the e2e DNS tests' probes run; " +
+				"its [NodeConformance] use (v1.37) is sh, hostname and hostname -f through /etc/hosts",
+			Layers: with(digLayer(&b, in)), Config: sh, Format: dockerV2List},
 		{Names: []string{"docker.io/library/busybox:latest", "docker.io/library/busybox:1.36"},
 			Doc: "busybox for shimd's own tests: one image, two tags", Layers: base, Config: sh, Format: ociIndex},
 	}
@@ -209,15 +215,16 @@ func catalog(in inputs) ([]*image, error) {
 // busybox base instead of Alpine: the real /agnhost of the release (hack/tools.sh e2e), /agnhost-2 (a link
 // the entrypoint tests call), /uploads, porter's /localhost.crt and /localhost.key, the user-defined-in-image user (1000) in
 // group-defined-in-image (50000), and of Alpine's tools the ones e2e tests run in
-// agnhost pods: curl (the cmd/curl stand-in), nc, sh and /bin/bash (a script
+// agnhost pods: curl (the cmd/curl stand-in), OpenBSD's nc (the cmd/nc stand-in,
+// before busybox's in PATH), dig and getent (cmd/dig), sh and /bin/bash (a script
 // running busybox sh). Entrypoint /agnhost, Cmd pause.
 func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
 	bin := b.layer("agnhost "+in.AgnhostTag+" (k8s.io/kubernetes/test/images/agnhost, hack/tools.sh e2e), /agnhost-2, /uploads", []entry{
 		file("agnhost", 0o755, in.Agnhost["agnhost"]), hardlink("agnhost-2", "agnhost"), dir("uploads", 0o755),
 		file("localhost.crt", 0o644, in.Agnhost["localhost.crt"]), file("localhost.key", 0o600, in.Agnhost["localhost.key"]),
 	})
-	tools := b.layer("curl stand-in (critest/images/cmd/curl), /bin/bash running busybox sh, user-defined-in-image", []entry{
-		file("usr/bin/curl", 0o755, in.Helpers["curl"]),
+	tools := b.layer("curl and nc stand-ins (critest/images/cmd/curl, cmd/nc), /bin/bash running busybox sh, user-defined-in-image", []entry{
+		file("usr/bin/curl", 0o755, in.Helpers["curl"]), file("usr/bin/nc", 0o755, in.Helpers["nc"]),
 		file("bin/bash", 0o755, []byte("#!/bin/sh\n# shimd's offline agnhost image has no bash: busybox sh runs the script.\nexec /bin/sh \"$@\"\n")),
 		file("etc/passwd", 0o644, []byte(passwd+"user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh\n")),
 		file("etc/group", 0o644, []byte(group+"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")),
@@ -225,10 +232,19 @@ func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
 	})
 	registry := b.layer("fake-registry-server's /var/registry: pause:testing (the pause stand-in), as upstream's prepare_registry.sh lays out pause 3.10.2",
 		fakeRegistry(b, in.Helpers["pause"]))
-	return &image{Names: []string{e2e + "agnhost:" + in.AgnhostTag}, Doc: "agnhost " + in.AgnhostTag + ": the real /agnhost on busybox, with a curl stand-in, bash as busybox sh and fake-registry-server's pause:testing",
-		Layers: with(bin, tools, registry), Format: dockerV2List, Config: ocispec.ImageConfig{
+	return &image{Names: []string{e2e + "agnhost:" + in.AgnhostTag}, Doc: "agnhost " + in.AgnhostTag + ": the real /agnhost on busybox, with curl, nc, dig and getent stand-ins, bash as busybox sh and fake-registry-server's pause:testing",
+		Layers: with(bin, tools, digLayer(b, in), registry), Format: dockerV2List, Config: ocispec.ImageConfig{
 			Env: []string{pathEnv}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
 			ExposedPorts: map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}}
+}
+
+// digLayer holds the dig and getent stand-in (critest/images/cmd/dig) as
+// /usr/bin/dig and /usr/bin/getent: the e2e DNS tests' probes run "dig +search
+// NAME" and "getent hosts NAME" in agnhost (Alpine's bind-tools upstream) and in
+// glibc-dns-testing.
+func digLayer(b *builder, in inputs) *layer {
+	return b.layer("dig and getent stand-in (critest/images/cmd/dig)", []entry{
+		file("usr/bin/dig", 0o755, in.Helpers["dig"]), hardlink("usr/bin/getent", "usr/bin/dig")})
 }
 
 // fakeRegistry is the /var/registry tree that agnhost's fake-registry-server serves

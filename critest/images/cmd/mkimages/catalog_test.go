@@ -73,7 +73,7 @@ func fakeInputs() inputs {
 	return inputs{
 		Busybox:    []byte("busybox"),
 		Applets:    []string{"[", "busybox", "ipcs", "ls", "pgrep", "sh"},
-		Helpers:    map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z"), "curl": []byte("c")},
+		Helpers:    map[string][]byte{"nginx": []byte("n"), "httpd": []byte("h"), "nonewprivs": []byte("p"), "pause": []byte("z"), "curl": []byte("c"), "dig": []byte("d"), "nc": []byte("nc")},
 		Agnhost:    map[string][]byte{"agnhost": []byte("agnhost"), "localhost.crt": []byte("crt"), "localhost.key": []byte("key")},
 		AgnhostTag: "2.66.1",
 	}

@@ -10,7 +10,7 @@ import (
 
 // helperNames are the programs under critest/images/cmd/ that go into the
 // images.
-var helperNames = []string{"nginx", "httpd", "nonewprivs", "pause", "curl"}
+var helperNames = []string{"nginx", "httpd", "nonewprivs", "pause", "curl", "dig", "nc"}
 
 // buildHelpers compiles the helper programs static and reproducibly (no
 // cgo, no paths, no VCS stamp, no build id) into dir and returns their

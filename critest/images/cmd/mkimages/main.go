@@ -53,6 +53,7 @@ func main() {
 	agnhost := flag.String("agnhost", filepath.Join(k8sversion.BinDir(envOr("SHIMD_TOOLS", defaultTools)), "agnhost"),
 		"the agnhost binary for registry.k8s.io/e2e-test-images/agnhost (hack/tools.sh e2e, of the Kubernetes release KUBELET_VERSION); the image is left out when it is missing")
 	kubeadm := flag.Bool("kubeadm", false, "build the kubeadm cluster's image set (control plane, kube-proxy, etcd, CoreDNS, flannel) from hack/tools.sh kubeadm's binaries instead, into -storage (default "+defaultKubeadmStorage+")")
+	conformance := flag.Bool("conformance", false, "build the conformance image set (the images the Kubernetes [Conformance] tests pull beyond the test set; needs hack/tools.sh e2e's agnhost) into -storage (default "+defaultConformanceStorage+")")
 	flag.Parse()
 	start := time.Now()
 	logf := func(format string, args ...any) {
@@ -67,9 +68,19 @@ func main() {
 			fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
 			os.Exit(1)
 		}
-	} else if err := build(config{storage: *storage, cache: *cache, agnhost: *agnhost, force: *force, clean: *clean}, logf); err != nil {
-		fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
-		os.Exit(1)
+	} else {
+		cfg := config{storage: *storage, cache: *cache, agnhost: *agnhost, force: *force, clean: *clean, catalog: catalog}
+		if *conformance {
+			if !isFlagSet("storage") {
+				*storage = envOr("SHIMD_CONFORMANCE_REGISTRY_STORAGE", defaultConformanceStorage)
+			}
+			cfg.storage, cfg.catalog, cfg.keyPrefix = *storage, conformanceCatalog, "conformance set\n"
+			cfg.sampleAPIServer = filepath.Join(k8sversion.BinDir(envOr("SHIMD_TOOLS", defaultTools)), "sample-apiserver")
+		}
+		if err := build(cfg, logf); err != nil {
+			fmt.Fprintf(os.Stderr, "mkimages: %v\n", err)
+			os.Exit(1)
+		}
 	}
 	if *list {
 		b, err := os.ReadFile(filepath.Join(*storage, listFile))
@@ -84,6 +95,13 @@ func main() {
 type config struct {
 	storage, cache, agnhost string
 	force, clean            bool
+	// catalog makes the set's images (catalog, or conformanceCatalog);
+	// keyPrefix tells the sets' stamps apart.
+	catalog   func(inputs) ([]*image, error)
+	keyPrefix string
+	// sampleAPIServer is the sample API server binary (hack/tools.sh
+	// sample-apiserver) of the conformance set; missing leaves its image out.
+	sampleAPIServer string
 }
 
 func build(cfg config, logf func(string, ...any)) error {
@@ -128,7 +146,18 @@ func build(cfg config, logf func(string, ...any)) error {
 		}
 		agnhostKey = fmt.Sprintf("agnhost %s %x", agnhostTag, h.Sum(nil))
 	}
-	key, err := sourceKey(filepath.Join(repo, "critest/images"), bbKey+"\n"+agnhostKey)
+	var sampleAPIServer []byte
+	if cfg.sampleAPIServer != "" {
+		sampleAPIServer, err = os.ReadFile(cfg.sampleAPIServer)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if sampleAPIServer == nil {
+			logf("no %s (hack/tools.sh sample-apiserver): its image is left out", cfg.sampleAPIServer)
+		}
+		agnhostKey += fmt.Sprintf("\nsample-apiserver %x", sha256.Sum256(sampleAPIServer))
+	}
+	key, err := sourceKey(filepath.Join(repo, "critest/images"), cfg.keyPrefix+bbKey+"\n"+agnhostKey)
 	if err != nil {
 		return err
 	}
@@ -142,7 +171,7 @@ func build(cfg config, logf func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost, AgnhostTag: agnhostTag}
+	in := inputs{Helpers: map[string][]byte{}, Agnhost: agnhost, AgnhostTag: agnhostTag, SampleAPIServer: sampleAPIServer}
 	if in.Busybox, err = os.ReadFile(bb); err != nil {
 		return err
 	}
@@ -158,7 +187,7 @@ func build(cfg config, logf func(string, ...any)) error {
 		return err
 	}
 	logf("helpers built: %s", strings.Join(helperNames, ", "))
-	imgs, err := catalog(in)
+	imgs, err := cfg.catalog(in)
 	if err != nil {
 		return err
 	}
