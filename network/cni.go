@@ -177,6 +177,24 @@ func (c *CNI) Teardown(ctx context.Context, a Attachment) (err error) {
 	return nil
 }
 
+// Attached reports whether libcni's cache still holds an attachment of the pod
+// id: a successful ADD writes it and a finished DEL removes it. The cache is on
+// disk (cache_dir, /var/lib/cni/cache), so it outlives a reboot that took the
+// pod's namespace with /run. An unreadable cache counts as attached: a DEL too
+// many is harmless, a lease kept is not.
+func (c *CNI) Attached(id string) bool {
+	atts, err := c.cni.GetCachedAttachments(id)
+	if err != nil {
+		return true
+	}
+	for _, att := range atts {
+		if att.ContainerID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // cachedNetwork finds the config list an ADD of rt's container and interface cached,
 // and rt with the cached CNI args and capabilities; nil if nothing is cached.
 func (c *CNI) cachedNetwork(rt *libcni.RuntimeConf) (*libcni.NetworkConfigList, *libcni.RuntimeConf, error) {

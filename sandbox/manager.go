@@ -21,6 +21,9 @@ import (
 type Network interface {
 	Setup(ctx context.Context, a network.Attachment) (*network.Result, error)
 	Teardown(ctx context.Context, a network.Attachment) error
+	// Attached reports whether the pod with this id may still hold what an ADD
+	// gave it (an IPAM lease, host-side links and rules): no DEL has finished.
+	Attached(id string) bool
 	Ready() error
 }
 
