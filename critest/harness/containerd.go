@@ -209,6 +209,10 @@ func (c *Containerd) Stop() { c.proc.stop() }
 // Kill sends SIGKILL and waits.
 func (c *Containerd) Kill() { c.proc.kill() }
 
+// SetWrap changes ContainerdOptions.Wrap from the next start (namespaces made
+// again, as critest/kubeadm's node reboot makes them).
+func (c *Containerd) SetWrap(wrap []string) { c.proc.setWrap(wrap) }
+
 // Restart stops the daemon if it runs and starts it again with the same
 // config and directories, then waits until it answers. Shims keep running
 // across the restart, as they do in production.

@@ -161,6 +161,13 @@ func (d *daemon) stop() (killed bool) {
 // kill sends SIGKILL and waits.
 func (d *daemon) kill() { d.signal(syscall.SIGKILL, 0) }
 
+// setWrap sets the command line the daemon runs under from its next start.
+func (d *daemon) setWrap(wrap []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.wrap = wrap
+}
+
 // logTail returns the last n lines of the daemon's log.
 func (d *daemon) logTail(n int) string {
 	b, err := os.ReadFile(d.logPath)

@@ -294,6 +294,9 @@ func (s *Shimd) Stop() { s.proc.stop() }
 // Kill9 sends SIGKILL and waits for the process to exit.
 func (s *Shimd) Kill9() { s.proc.kill() }
 
+// SetWrap changes ShimdOptions.Wrap from the next start (see Containerd.SetWrap).
+func (s *Shimd) SetWrap(wrap []string) { s.proc.setWrap(wrap) }
+
 func (s *Shimd) dial() (*grpc.ClientConn, error) {
 	// Reconnect quickly: tests restart shimd and expect the same client to
 	// work again within a second.

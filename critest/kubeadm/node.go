@@ -117,7 +117,29 @@ func startNode(t testing.TB, nw *network, name string, ip net.IP, hostsDir strin
 			harness.Fatalf(t, "kubeadm: %v", err)
 		}
 	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "delete", n.netns).CombinedOutput(); err != nil {
+			t.Errorf("kubeadm: ip netns delete %s: %v: %s", n.netns, err, out)
+		}
+		exec.Command("ip", "link", "delete", n.hostVeth).Run() // gone with the netns already, normally
+	})
 	n.startNetns(t, nw)
+	var created []string
+	for _, m := range nodeMounts {
+		if _, err := os.Stat(m); os.IsNotExist(err) {
+			created = append(created, m)
+		}
+	}
+	t.Cleanup(func() {
+		// The holder of the node's namespaces now (Reboot starts another).
+		if n.holder != nil {
+			n.holder.Process.Kill()
+			n.holder.Wait()
+		}
+		for _, m := range created {
+			os.Remove(m) // only if empty
+		}
+	})
 	n.startHolder(t)
 	if err := makeCgroupRoot(n.CgroupRoot); err != nil {
 		harness.Fatalf(t, "kubeadm: cgroup root: %v", err)
@@ -145,6 +167,8 @@ func startNode(t testing.TB, nw *network, name string, ip net.IP, hostsDir strin
 	return n
 }
 
+// startNetns makes the node's network namespace: its veth on the bridge, its
+// address and routes, its sysctls (startNode removes it at the end).
 func (n *Node) startNetns(t testing.TB, nw *network) {
 	t.Helper()
 	run := func(args ...string) {
@@ -154,13 +178,7 @@ func (n *Node) startNetns(t testing.TB, nw *network) {
 		}
 	}
 	run("ip", "netns", "add", n.netns)
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "delete", n.netns).CombinedOutput(); err != nil {
-			t.Errorf("kubeadm: ip netns delete %s: %v: %s", n.netns, err, out)
-		}
-	})
 	run("ip", "link", "add", n.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", n.netns)
-	t.Cleanup(func() { exec.Command("ip", "link", "delete", n.hostVeth).Run() }) // gone with the netns already, normally
 	run("ip", "link", "set", n.hostVeth, "master", nw.bridge, "up")
 	in := func(args ...string) { run(append([]string{"ip", "netns", "exec", n.netns}, args...)...) }
 	in("ip", "addr", "add", n.IP.String()+"/24", "dev", "eth0")
@@ -176,7 +194,8 @@ func (n *Node) startNetns(t testing.TB, nw *network) {
 
 // startHolder starts the process that holds the node's mount and UTS
 // namespaces: nsenter into the network namespace, unshare a private mount and
-// UTS namespace, bind the node's directories, set the hostname, sleep.
+// UTS namespace, bind the node's directories, set the hostname, sleep
+// (startNode kills it at the end).
 func (n *Node) startHolder(t testing.TB) {
 	t.Helper()
 	var script strings.Builder
@@ -186,36 +205,25 @@ func (n *Node) startHolder(t testing.TB) {
 		// when still empty).
 		fmt.Fprintf(&script, "mkdir -p %s && mount --bind %s %s\n", m, filepath.Join(n.Dir, dir), m)
 	}
-	fmt.Fprintf(&script, "hostname %s\n: >%s\nexec sleep 2147483647\n", n.Name, filepath.Join(n.Dir, "holder.ready"))
-	var created []string
-	for _, m := range nodeMounts {
-		if _, err := os.Stat(m); os.IsNotExist(err) {
-			created = append(created, m)
-		}
-	}
+	ready := filepath.Join(n.Dir, "holder.ready")
+	os.Remove(ready)
+	fmt.Fprintf(&script, "hostname %s\n: >%s\nexec sleep 2147483647\n", n.Name, ready)
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+n.netns, "--",
 		"unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", script.String())
-	log, err := os.Create(filepath.Join(n.Dir, "holder.log"))
+	log, err := os.OpenFile(filepath.Join(n.Dir, "holder.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		harness.Fatalf(t, "kubeadm: %v", err)
 	}
+	defer log.Close() // the child has its own copy
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		harness.Fatalf(t, "kubeadm: node holder: %v", err)
 	}
 	n.holder = cmd
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		log.Close()
-		for _, m := range created {
-			os.Remove(m) // only if empty
-		}
-	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(n.Dir, "holder.ready")); err == nil {
+		if _, err := os.Stat(ready); err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
