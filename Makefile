@@ -265,7 +265,7 @@ node-conformance: tools
 # part of check: hours. The first run builds e2e.test (hack/tools.sh e2e, about 15
 # minutes) and the sample API server (hack/tools.sh sample-apiserver).
 # KUBEADM_CONFORMANCE_FOCUS narrows it, KUBEADM_CONFORMANCE_SERIAL=0 drops the serial
-# pass, KUBEADM_CONFORMANCE_REPORT_DIR keeps the reports (default
+# pass (=only: runs it alone), KUBEADM_CONFORMANCE_REPORT_DIR keeps the reports (default
 # /var/tmp/shimd-kubeadm-conformance), SHIMD_KUBEADM_CRI=containerd runs the same
 # cluster on containerd's CRI.
 CONFORMANCE_TIMEOUT ?= 8h

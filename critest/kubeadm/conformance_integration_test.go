@@ -44,8 +44,8 @@ const (
 // registry" to a path the local registry lacks. Only with
 // SHIMD_KUBEADM_CONFORMANCE=1 (make conformance). KUBEADM_CONFORMANCE_FOCUS
 // narrows the focus (a regular expression ANDed with [Conformance]),
-// KUBEADM_CONFORMANCE_SERIAL=0 leaves the serial pass out,
-// KUBEADM_CONFORMANCE_REPORT_DIR keeps the reports (default
+// KUBEADM_CONFORMANCE_SERIAL=0 leaves the serial pass out (=only: runs it
+// alone), KUBEADM_CONFORMANCE_REPORT_DIR keeps the reports (default
 // /var/tmp/shimd-kubeadm-conformance), SHIMD_KUBEADM_CRI=containerd runs the
 // same cluster on containerd's CRI plugin instead of shimd (for comparing a
 // failure).
@@ -93,7 +93,10 @@ func TestKubeadmConformance(t *testing.T) {
 		// The tag stands before or after the words, depending on the test.
 		focus = `\[Conformance\].*(?:` + f + `)|(?:` + f + `).*\[Conformance\]`
 	}
-	passes := []conformancePass{{name: "parallel", procs: parallel, focus: focus, skip: `\[Serial\]|` + conformanceSkip}}
+	var passes []conformancePass
+	if os.Getenv("KUBEADM_CONFORMANCE_SERIAL") != "only" {
+		passes = append(passes, conformancePass{name: "parallel", procs: parallel, focus: focus, skip: `\[Serial\]|` + conformanceSkip})
+	}
 	if os.Getenv("KUBEADM_CONFORMANCE_SERIAL") != "0" {
 		passes = append(passes, conformancePass{name: "serial", procs: 1, focus: `\[Serial\]`, skip: conformanceSkip, and: focus})
 	}
