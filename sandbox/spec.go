@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/pod"
+	"github.com/shimd/shimd/seclabel"
 )
 
 // Pause container defaults, as the kubelet and other runtimes use them.
@@ -124,7 +125,10 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 	if sc.GetPrivileged() {
 		opts = append(opts, oci.WithMaskedPaths(nil), oci.WithReadonlyPaths(nil))
 	}
-	opts = append(opts, withSELinux(in.ProcessLabel, in.MountLabel, sc.GetPrivileged()))
+	opts = append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		seclabel.SetSpec(s, in.ProcessLabel, in.MountLabel, sc.GetPrivileged())
+		return nil
+	})
 	if u := nsOpts.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
 		opts = append(opts, oci.WithUserNamespace(idMappings(u.GetUids()), idMappings(u.GetGids())))
 		if nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE {
@@ -145,21 +149,6 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 
 	ctx := namespaces.WithNamespace(context.Background(), in.Namespace)
 	return oci.GenerateSpec(ctx, nil, &containers.Container{ID: in.ID}, opts...)
-}
-
-// withSELinux sets the SELinux labels of the process (none when privileged: it runs
-// under the runtime's own label, as with containerd and CRI-O) and of the mounts
-// runc makes.
-func withSELinux(process, mount string, privileged bool) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
-		if process != "" && !privileged {
-			s.Process.SelinuxLabel = process
-		}
-		if mount != "" {
-			s.Linux.MountLabel = mount
-		}
-		return nil
-	}
 }
 
 func idMappings(m []*runtimeapi.IDMapping) []specs.LinuxIDMapping {

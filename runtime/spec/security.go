@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/shimd/shimd/seclabel"
 )
 
 const secField = "config.linux.security_context"
@@ -44,21 +46,9 @@ func securityOpts(in Input) ([]oci.SpecOpts, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(opts, seccomp, apparmor, selinuxOpt(in.SELinuxProcessLabel, in.SELinuxMountLabel, sc.GetPrivileged())), nil
-}
-
-// selinuxOpt sets the process label (none for a privileged container: it runs under
-// the runtime's own label, as with containerd and CRI-O) and the label runc gives
-// the mounts it makes (tmpfs, mqueue).
-func selinuxOpt(process, mount string, privileged bool) oci.SpecOpts {
-	return optFunc(func(s *specs.Spec) {
-		if process != "" && !privileged {
-			s.Process.SelinuxLabel = process
-		}
-		if mount != "" {
-			s.Linux.MountLabel = mount
-		}
-	})
+	return append(opts, seccomp, apparmor, optFunc(func(s *specs.Spec) {
+		seclabel.SetSpec(s, in.SELinuxProcessLabel, in.SELinuxMountLabel, sc.GetPrivileged())
+	})), nil
 }
 
 // capabilityOpts applies the config's capabilities to the runtime's default set.
