@@ -141,7 +141,7 @@ func (l layout) unmarkRunning(id string) error {
 func (m *Manager) recoverPauseless(sb *Sandbox) {
 	m.fs.setPinPaths(sb)
 	if _, err := os.Stat(m.fs.runningMarker(sb.ID)); err != nil {
-		sb.stopped = true
+		sb.stopped = m.networkDown(sb)
 		return
 	}
 	if pinsAlive(sb) {

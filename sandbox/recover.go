@@ -30,13 +30,16 @@ import (
 //     sandbox still "creating" is undone whole, and anything on disk without a
 //     container is an orphan of a Run that died before step 2, and is removed.
 //   - A sandbox whose pause task runs is READY; otherwise NOTREADY. One whose netns is
-//     gone (or that uses the host network and has no task) was stopped. When
+//     gone (or that uses the host network and has no task) was stopped, unless
+//     libcni's cache still holds its attachment (networkDown): then a reboot took
+//     the netns with /run, and its Stop still owes the CNI DEL. When
 //     containerd cannot tell the pause task's state (its shim did not answer in
 //     time) the sandbox is READY, and the state is read again until it is known
 //     (recheckPauseLater): the pid comes then, or NOTREADY if the task is gone.
 //   - A pause-less pod (pauseless.go) is READY while its running marker and every
 //     pinned namespace (<state>/{netns,ipcns,utsns}/<id>) are there; without the
-//     marker it was stopped. Pins of no known sandbox are orphans and are removed.
+//     marker it was stopped (networkDown, as above). Pins of no known sandbox are
+//     orphans and are removed.
 //
 // Recover must finish before any RPC is served.
 func (m *Manager) Recover(ctx context.Context) error {
@@ -109,7 +112,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		if sb.NetNSPath != "" {
 			if _, err := os.Stat(sb.NetNSPath); err != nil {
-				sb.stopped = true
+				sb.stopped = m.networkDown(sb)
 			}
 		}
 		m.store.add(sb)
@@ -256,4 +259,12 @@ func isID(s string) bool {
 		}
 	}
 	return true
+}
+
+// networkDown tells whether a recovered pod whose netns (or pause-less running
+// marker) is gone had its network torn down, as a finished Stop leaves it. A reboot
+// takes both with /run while the IPAM lease and libcni's cache are on disk: a
+// cached attachment means no DEL has finished, and the pod is not stopped yet.
+func (m *Manager) networkDown(sb *Sandbox) bool {
+	return sb.NetNSPath == "" || !m.opts.Network.Attached(sb.ID)
 }

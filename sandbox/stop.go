@@ -44,12 +44,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 			netc <- m.removeNamespaces(sb) // the pinned IPC namespace
 			return
 		}
-		// A pod stopped before has its network down, but one that recovery
-		// took for stopped because a reboot took its namespace (or its
-		// pause-less running marker) with /run still holds its IPAM lease and
-		// the plugins' host-side state, which are on disk: libcni's cache says
-		// whether a DEL is owed.
-		if sb.NetNSPath == "" || stopped && !m.opts.Network.Attached(sb.ID) {
+		if stopped || sb.NetNSPath == "" {
 			netc <- nil
 			return
 		}

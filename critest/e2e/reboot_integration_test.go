@@ -23,9 +23,9 @@ import (
 
 // After a reboot of the node, a pod's network namespace (and a pause-less pod's
 // running marker) is gone with /run, while its IPAM lease and libcni's cache are
-// on disk: recovery takes the pod for stopped, and StopPodSandbox must still run
-// CNI DEL, or the address is never released (found by critest/kubeadm's worker
-// reboot: every pod leaked its lease). Both pause modes.
+// on disk: recovery must not take the pod for stopped, so that StopPodSandbox
+// runs CNI DEL, or the address is never released (found by critest/kubeadm's
+// worker reboot: every pod leaked its lease). Both pause modes.
 func TestRebootReleasesPodAddresses(t *testing.T) {
 	for _, mode := range []string{"always", "when-needed"} {
 		t.Run(mode, func(t *testing.T) {
