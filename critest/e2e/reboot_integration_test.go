@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -90,7 +89,7 @@ func rebootNode(t *testing.T, env *harness.Env) {
 	}
 	require.Eventually(t, func() bool {
 		for _, pid := range pids {
-			if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat")); err == nil && !strings.Contains(string(b), ") Z ") {
+			if harness.Live(pid) {
 				return false
 			}
 		}

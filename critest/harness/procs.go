@@ -59,6 +59,18 @@ func ParentPID(pid int) int {
 	return parseStatPPID(stat)
 }
 
+// Live tells whether process pid exists and is not a zombie (field 3 of
+// /proc/PID/stat, after the command name, is not "Z").
+func Live(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	j := bytes.LastIndexByte(stat, ')')
+	f := strings.Fields(string(stat[j+1:]))
+	return j >= 0 && len(f) > 0 && f[0] != "Z"
+}
+
 // parseStatPPID reads field 4 of /proc/PID/stat; the command name in
 // parentheses may hold spaces and parentheses.
 func parseStatPPID(stat []byte) int {

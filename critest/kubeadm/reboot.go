@@ -135,11 +135,7 @@ func (n *Node) processes(mntns string) []int {
 	}
 	var pids []int
 	for pid := range set {
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			// pid (comm) STATE ...: comm may hold spaces and parentheses.
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
-				continue
-			}
+		if harness.Live(pid) {
 			pids = append(pids, pid)
 		}
 	}
