@@ -28,8 +28,8 @@ import (
 // CreateContainer creates a container in a READY pod.
 //
 //  1. the sandbox must be READY (else FailedPrecondition); the CDI devices asked
-//     for must resolve (else InvalidArgument), the mounts' host paths exist (else
-//     NotFound, create_checks.go); reserve the name
+//     for must resolve (else InvalidArgument), the mounts' host paths exist (made
+//     as directories if missing, or NotFound, create_checks.go); reserve the name
 //  2. resolve the image locally (never pull; absent -> NotFound)
 //  3. prepare the writable layer; resolve the user in it
 //  4. build the OCI spec (a pure function, package spec); inject CDI devices (cdi.go);
@@ -54,7 +54,7 @@ func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	if sb.State != pod.Ready {
 		return nil, fmt.Errorf("sandbox %s is not ready: %w", sb.ID, errdefs.ErrFailedPrecondition)
 	}
-	if err := checkHostPaths(cfg); err != nil {
+	if err := checkHostPaths(cfg, s.opts.RejectAbsentMountSources); err != nil {
 		return nil, err
 	}
 	name := sb.ID + "_" + cfg.GetMetadata().GetName() + "_" + fmt.Sprint(cfg.GetMetadata().GetAttempt())

@@ -25,20 +25,34 @@ import (
 // error only its text explains (gRPC Unknown). The checks that need nothing but the
 // request are in runtime/validate*.go.
 
-// checkHostPaths: the source of every bind mount must exist on the host, else
-// NotFound naming the field. The CRI asks this of runtimes ("If the image field below
-// is nil and the host path doesn't exist, then runtimes should report an error",
-// Mount.host_path in api.proto); containerd's CRI plugin and CRI-O create a missing
-// one as a directory instead, a habit from Docker. shimd does not make host
-// directories for a request: a hostPath volume whose path may be missing takes type
-// DirectoryOrCreate or FileOrCreate, for which the kubelet creates it.
-func checkHostPaths(cfg *runtimeapi.ContainerConfig) error {
+// checkHostPaths: the source of every bind mount must exist on the host when the
+// container is made, else runc fails its start with an error only its text explains.
+// A missing one is made as a directory (0755, root's, its missing parents too), as
+// containerd's CRI plugin, CRI-O and Docker do: manifests rely on it (flannel's
+// DaemonSet mounts /run/flannel with no hostPath type, before flanneld makes it).
+// With reject (config key reject_absent_mount_sources) a missing source is NotFound
+// naming the field instead, as the CRI's api.proto words it ("If the hostPath
+// doesn't exist, then runtimes should report error"): a hostPath volume that may be
+// missing then takes type DirectoryOrCreate or FileOrCreate, for which the kubelet
+// creates it. A source under a file, a dangling symlink, a symlink loop or a name too
+// long is refused either way.
+func checkHostPaths(cfg *runtimeapi.ContainerConfig, reject bool) error {
 	for i, m := range cfg.GetMounts() {
 		hp := m.GetHostPath()
 		if hp == "" {
 			continue // an image volume (or a mount the spec builder refuses)
 		}
-		if _, err := os.Stat(hp); err != nil {
+		_, err := os.Stat(hp)
+		if err != nil && !reject && errors.Is(err, fs.ErrNotExist) {
+			// MkdirAll refuses a dangling symlink (it exists, and is no
+			// directory): the error stays the missing target's.
+			if mkErr := os.MkdirAll(hp, 0o755); mkErr == nil {
+				_, err = os.Stat(hp)
+			} else {
+				err = fmt.Errorf("%w; not made: %v", err, mkErr)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("config.mounts[%d].host_path %s: %w", i, quote(hp), spec.ClassifyPathError(err))
 		}
 	}

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,28 +24,51 @@ func TestCheckHostPaths(t *testing.T) {
 	for _, tt := range []struct {
 		name, host string
 		want       error // nil: accepted
+		made       bool  // accepted by making it a directory (unless rejecting)
 	}{
-		{"directory", dir, nil},
-		{"file", file, nil},
-		{"device", "/dev/null", nil},
-		{"image volume", "", nil},
-		{"missing", filepath.Join(dir, "missing"), errdefs.ErrNotFound},
-		{"under a file", file + "/x", errdefs.ErrNotFound},
-		{"dangling symlink", dangling, errdefs.ErrNotFound},
-		{"symlink loop", loop, errdefs.ErrInvalidArgument},
-		{"name too long", "/" + strings.Repeat("a", 300), errdefs.ErrInvalidArgument},
+		{"directory", dir, nil, false},
+		{"file", file, nil, false},
+		{"device", "/dev/null", nil, false},
+		{"image volume", "", nil, false},
+		{"missing", filepath.Join(dir, "missing"), nil, true},
+		{"missing, parents too", filepath.Join(dir, "a", "b", "c"), nil, true},
+		{"under a file", file + "/x", errdefs.ErrNotFound, false},
+		{"dangling symlink", dangling, errdefs.ErrNotFound, false},
+		{"symlink loop", loop, errdefs.ErrInvalidArgument, false},
+		{"name too long", "/" + strings.Repeat("a", 300), errdefs.ErrInvalidArgument, false},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := &runtimeapi.ContainerConfig{Mounts: []*runtimeapi.Mount{{HostPath: dir, ContainerPath: "/a"}, {HostPath: tt.host, ContainerPath: "/b"}}}
-			err := checkHostPaths(cfg)
-			if tt.want == nil {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorIs(t, err, tt.want)
-			require.ErrorContains(t, err, "config.mounts[1].host_path")
-		})
+		for _, reject := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, reject=%v", tt.name, reject), func(t *testing.T) {
+				if tt.made {
+					require.NoError(t, os.RemoveAll(filepath.Join(dir, "missing")))
+					require.NoError(t, os.RemoveAll(filepath.Join(dir, "a")))
+				}
+				cfg := &runtimeapi.ContainerConfig{Mounts: []*runtimeapi.Mount{{HostPath: dir, ContainerPath: "/a"}, {HostPath: tt.host, ContainerPath: "/b"}}}
+				err := checkHostPaths(cfg, reject)
+				want := tt.want
+				if tt.made && reject {
+					want = errdefs.ErrNotFound
+				}
+				if want == nil {
+					require.NoError(t, err)
+					if tt.made {
+						fi, err := os.Stat(tt.host)
+						require.NoError(t, err)
+						require.True(t, fi.IsDir())
+						require.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
+					}
+					return
+				}
+				require.ErrorIs(t, err, want)
+				require.ErrorContains(t, err, "config.mounts[1].host_path")
+				if tt.made {
+					require.NoDirExists(t, tt.host, "rejected, yet made")
+				}
+			})
+		}
 	}
+	// A dangling symlink is not followed to make its target.
+	require.NoFileExists(t, filepath.Join(dir, "gone"))
 }
 
 // TestTreePaths builds an image rootfs and a host volume in temp dirs and judges

@@ -91,6 +91,10 @@ type Options struct {
 	// Cleanups retries the cleanups that failed (package cleanup); nil: none is
 	// retried (it stays until the next restart's recovery).
 	Cleanups *cleanup.Queue
+	// RejectAbsentMountSources refuses a bind mount whose host path is missing
+	// (NotFound) instead of creating it as a directory (config key
+	// reject_absent_mount_sources; create_checks.go).
+	RejectAbsentMountSources bool
 }
 
 // SELinuxNode is the node's SELinux as shimd uses it (Status's "selinux" entry).

@@ -105,11 +105,11 @@ func appArmorInfo(node container.NodeInfo) string {
 // get SELinux labels, and why not.
 func selinuxInfo(n container.SELinuxNode) string {
 	info := struct {
-		Enabled     bool   `json:"enabled"`
-		Enforcing   bool   `json:"enforcing"`
+		Enabled      bool   `json:"enabled"`
+		Enforcing    bool   `json:"enforcing"`
 		ProcessLabel string `json:"processLabel,omitempty"`
 		FileLabel    string `json:"fileLabel,omitempty"`
-		Note        string `json:"note,omitempty"`
+		Note         string `json:"note,omitempty"`
 	}{Enabled: n.Labels(), Enforcing: n.Enforcing, ProcessLabel: n.ProcessLabel, FileLabel: n.FileLabel}
 	switch {
 	case !n.Kernel:

@@ -55,6 +55,12 @@ type Config struct {
 	// types, and it changes the labels of files on the node. Without SELinux in the
 	// kernel it does nothing (with a warning).
 	EnableSELinux bool `toml:"enable_selinux"`
+	// RejectAbsentMountSources refuses a container whose bind-mount host path is
+	// missing (NotFound, as the CRI's api.proto words it) instead of making it a
+	// directory, as containerd's CRI plugin, CRI-O and Docker do (the default:
+	// manifests such as flannel's DaemonSet rely on it). docs/operating.md,
+	// "hostPath volumes".
+	RejectAbsentMountSources bool `toml:"reject_absent_mount_sources"`
 
 	Containerd ContainerdConfig         `toml:"containerd"`
 	CNI        CNIConfig                `toml:"cni"`

@@ -35,9 +35,6 @@ import (
 	"github.com/shimd/shimd/taskevents"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
-
 func main() {
 	if len(os.Args) >= 3 && os.Args[1] == "config" && os.Args[2] == "default" {
 		out, err := defaultConfigText(len(os.Args) > 3 && os.Args[3] == "--commented")
@@ -320,6 +317,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM, CDI: cdiRegistry,
 		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
 		Cleanups: cleanups, ContainerFsDir: cfg.ContainerFsDir, Labels: labels,
+		RejectAbsentMountSources: cfg.RejectAbsentMountSources,
 	})
 	collector := stats.New(stats.Options{
 		Client: cl, Containers: containers, Images: images, Handlers: handlerSet, CgroupDriver: cfg.CgroupDriver,
@@ -327,7 +325,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	rs := runtime.New(runtime.Options{
 		Containerd: cl, Sandboxes: sandboxes, Containers: containers, Stats: collector, Network: cni,
 		Handlers: handlerSet, Node: containers.Node(), HandlerNames: handlers,
-		Version: version, ConfigJSON: cfgJSON, PauseImage: pauseRef, CgroupDriver: cfg.CgroupDriver,
+		Version: runtimeVersion(version), ConfigJSON: cfgJSON, PauseImage: pauseRef, CgroupDriver: cfg.CgroupDriver,
 		EventedPLEGStatus: cfg.EventedPLEGStatus,
 	})
 	// One event monitor for all tasks. A pause process's exit makes its sandbox

@@ -34,7 +34,9 @@ const (
 // or Internal) and leave nothing behind.
 func TestAdversarialRequests(t *testing.T) {
 	requireRoot(t)
-	env, _ := imageEnv(t, harness.Options{})
+	// Random host paths must not become directories on this host: shimd refuses
+	// a missing one here, as the CRI words it (the baits count on that too).
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{ExtraConfig: "reject_absent_mount_sources = true\n"}})
 	pull(t, env, busyboxImage)
 	rs, is := env.Shimd.Runtime(t), env.Shimd.Images(t)
 	pod := newPod(t, rs, "target")

@@ -26,7 +26,9 @@ import (
 // update changes no limit.
 func TestRuncRefusalsCaughtAtCreate(t *testing.T) {
 	requireRoot(t)
-	env, _ := imageEnv(t, harness.Options{})
+	// A missing host path is refused only with reject_absent_mount_sources (by
+	// default shimd makes it: TestAbsentMountSourceMadeAsDirectory).
+	env, _ := imageEnv(t, harness.Options{Shimd: harness.ShimdOptions{ExtraConfig: "reject_absent_mount_sources = true\n"}})
 	pull(t, env, busyboxImage)
 	rs := env.Shimd.Runtime(t)
 	pod := newPod(t, rs, "refusals")
