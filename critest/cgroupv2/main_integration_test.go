@@ -105,7 +105,7 @@ func runMain(m *testing.M) int {
 		var out string
 		var err error
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
-			out, err = guest.Output(ctx, leftovers)
+			out, err = guest.Output(ctx, vm.Leftovers)
 			if (err == nil && out == "") || time.Now().After(deadline) {
 				break
 			}
@@ -185,16 +185,6 @@ func file(t *testing.T, name, content string) string {
 	require.NoError(t, os.WriteFile(filepath.Join(share, name), []byte(content), 0o644))
 	return "/mnt/host/" + name
 }
-
-// leftovers lists what shimd or containerd still hold in the guest: pods,
-// containers, pinned namespaces, shims, pod and container cgroups, overlay mounts.
-const leftovers = `crictl pods -q | sed 's/^/pod /'
-crictl ps -aq | sed 's/^/container /'
-ls /run/shimd/netns 2>/dev/null | sed 's/^/netns /'
-pgrep -a containerd-shim | sed 's/^/shim /'
-find /sys/fs/cgroup -type d \( -name 'shimd-*.scope' -o -name 'kubepods-*pod*' -o -path '*/kubepods/*/pod*' -o -path '*/shimd/*' \) | sed 's/^/cgroup /'
-grep ' overlay ' /proc/mounts | grep -v ' / ' | sed 's/^/mount /'
-true`
 
 func or(s, def string) string {
 	if s == "" {

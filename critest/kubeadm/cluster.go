@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +42,9 @@ type Cluster struct {
 	// Cluster gives kubectl (Kubectl, KubectlIn, KubectlCmd, Apply) as
 	// cluster-admin with the first node's admin.conf, from the host.
 	*cluster.Cluster
-	Nodes    []*Node
+	Nodes []*Node
+	// Guest is the node in the cgroup v2 guest (Options.Guest), or nil.
+	Guest    *GuestNode
 	net      *network
 	hostsDir string
 	dir      string
@@ -76,6 +79,9 @@ type Options struct {
 	// -conformance: what the [Conformance] tests pull beyond the test set)
 	// too.
 	ConformanceImages bool
+	// Guest adds a node in the cgroup v2 + systemd guest of critest/vm
+	// (GuestNode), bridged to the others, after the Nodes namespace nodes.
+	Guest bool
 }
 
 // StartWith is Start with options.
@@ -95,6 +101,11 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	c.net = newNetwork(t)
 	leaks.id = c.net.id
 	c.startRegistries(t, opts.ConformanceImages)
+	var guest *guestBoot
+	if opts.Guest {
+		// It boots under emulation while the other nodes start.
+		guest = bootGuest(t, c.net, fmt.Sprintf("node%d-vm", n+1), c.net.nodeIP(n+1))
+	}
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("node%d", i)
 		c.Nodes = append(c.Nodes, startNode(t, c.net, name, c.net.nodeIP(i), c.hostsDir, opts.ContainerdCRI[name]))
@@ -104,17 +115,31 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	for _, node := range c.Nodes[1:] {
 		c.join(t, node)
 	}
+	if guest != nil {
+		c.Guest = guest.ready(t, c)
+		c.joinGuest(t, c.Guest)
+	}
 	c.installFlannel(t)
 	for _, node := range c.Nodes {
-		c.WaitFor(t, 3*time.Minute, "node "+node.Name+" Ready", func() error {
-			out, err := c.Kubectl(t, "get", "node", node.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-			if err == nil && out != "True" {
-				err = fmt.Errorf("Ready=%q", out)
-			}
-			return err
-		})
+		c.waitReady(t, node.Name, 3*time.Minute)
+	}
+	if c.Guest != nil {
+		// Its kubelet pulls and starts kube-proxy and flannel under emulation.
+		c.waitReady(t, c.Guest.Name, 15*time.Minute)
 	}
 	return c
+}
+
+// waitReady waits until the node's Ready condition is True.
+func (c *Cluster) waitReady(t testing.TB, name string, timeout time.Duration) {
+	t.Helper()
+	c.WaitFor(t, timeout, "node "+name+" Ready", func() error {
+		out, err := c.Kubectl(t, "get", "node", name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err == nil && out != "True" {
+			err = fmt.Errorf("Ready=%q", out)
+		}
+		return err
+	})
 }
 
 // startRegistries serves the test image set and the kubeadm image set (and,
@@ -174,19 +199,29 @@ func buildSet(t testing.TB, flag, env, def string) string {
 // no systemd to manage the kubelet service (the test starts the kubelet).
 var preflightIgnored = []string{"Swap", "SystemVerification", "FileContent--proc-sys-net-bridge-bridge-nf-call-iptables", "Service-Kubelet"}
 
-// nodeRegistration is the node's part of kubeadm's init or join config. taints
-// is "  taints: []\n" (no taint) or empty (kubeadm's default: the
-// control-plane taint on init, none on join).
-func (c *Cluster) nodeRegistration(n *Node, taints string) string {
-	return fmt.Sprintf(`nodeRegistration:
+// nodeRegistration is a node's part of kubeadm's init or join config: its
+// name, CRI socket and address, the kubelet's cgroup root (none: "") and the
+// preflight errors to ignore. taints is "  taints: []\n" (no taint) or empty
+// (kubeadm's default: the control-plane taint on init, none on join).
+func nodeRegistration(name, criSocket string, ip net.IP, cgroupRoot, taints string, ignore []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `nodeRegistration:
   name: %s
   criSocket: %s
   imagePullPolicy: IfNotPresent
   ignorePreflightErrors: [%s]
 %s  kubeletExtraArgs:
   - {name: node-ip, value: %q}
-  - {name: cgroup-root, value: %q}
-`, n.Name, n.CRIEndpoint(), strings.Join(preflightIgnored, ", "), taints, n.IP, "/"+n.CgroupRoot)
+`, name, criSocket, strings.Join(ignore, ", "), taints, ip)
+	if cgroupRoot != "" {
+		fmt.Fprintf(&b, "  - {name: cgroup-root, value: %q}\n", cgroupRoot)
+	}
+	return b.String()
+}
+
+// registration is nodeRegistration for a namespace node.
+func (n *Node) registration(taints string) string {
+	return nodeRegistration(n.Name, n.CRIEndpoint(), n.IP, "/"+n.CgroupRoot, taints, preflightIgnored)
 }
 
 // initFirst runs kubeadm init on the first node.
@@ -235,7 +270,7 @@ conntrack:
   maxPerCore: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, Token, n.IP, c.nodeRegistration(n, taints), version(t), n.IP, PodSubnet, ServiceSubnet)
+`, Token, n.IP, n.registration(taints), version(t), n.IP, PodSubnet, ServiceSubnet)
 	path := filepath.Join(n.Dir, "kubeadm-init.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		harness.Fatalf(t, "kubeadm: %v", err)
@@ -262,19 +297,25 @@ conntrack:
 // join runs kubeadm join on n against the first node.
 func (c *Cluster) join(t testing.TB, n *Node) {
 	t.Helper()
-	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
+	cfg := c.joinConfig(t, n.registration("  taints: []\n"))
+	path := filepath.Join(n.Dir, "kubeadm-join.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		harness.Fatalf(t, "kubeadm: %v", err)
+	}
+	c.kubeadm(t, n, "join", "--config", path, "--v", "2")
+}
+
+// joinConfig is kubeadm's JoinConfiguration against the first node, with
+// more: the node's part (nodeRegistration, patches).
+func (c *Cluster) joinConfig(t testing.TB, more string) string {
+	return fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration
 discovery:
   bootstrapToken:
     apiServerEndpoint: "%s:6443"
     token: %q
     caCertHashes: [%q]
-%s`, c.Nodes[0].IP, Token, caHash(t, c.Nodes[0].Path("/etc/kubernetes/pki/ca.crt")), c.nodeRegistration(n, "  taints: []\n"))
-	path := filepath.Join(n.Dir, "kubeadm-join.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		harness.Fatalf(t, "kubeadm: %v", err)
-	}
-	c.kubeadm(t, n, "join", "--config", path, "--v", "2")
+%s`, c.Nodes[0].IP, Token, caHash(t, c.Nodes[0].Path("/etc/kubernetes/pki/ca.crt")), more)
 }
 
 // kubeadm runs kubeadm init or join in the node and, when kubeadm has written
@@ -428,6 +469,9 @@ func tail(b []byte, n int) string {
 // as an operator tears a cluster down; it fails the test if one fails.
 func (c *Cluster) Reset(t testing.TB) {
 	t.Helper()
+	if c.Guest != nil {
+		c.Guest.reset(t)
+	}
 	for i := len(c.Nodes) - 1; i >= 0; i-- {
 		n := c.Nodes[i]
 		if n.Kubelet != nil {

@@ -32,7 +32,7 @@ var nodeMounts = map[string]string{
 	"shimd/net.d":    "/etc/cni/net.d", // shimd's conf_dir: flannel's DaemonSet writes the network there
 	"run-flannel":    "/run/flannel",
 	// kube-proxy's DaemonSet mounts /lib/modules (a hostPath without a type:
-	// the kubelet does not create it, and shimd refuses a missing source). Every
+	// the kubelet does not create it, shimd would make it on the host). Every
 	// real node has it; this machine's kernel has no modules directory.
 	"lib-modules": "/lib/modules",
 }

@@ -88,9 +88,28 @@ func TestKubeadmSmoke(t *testing.T) {
 		}
 	}
 
-	c.Apply(t, fmt.Sprintf(smokePods, n1.Name, n2.Name, nginx))
+	acrossNodes(t, c, n1.Name, n2.Name, n2.IP.String(), 3*time.Minute)
+
+	// What kubeadm reset must clear (Reset checks it is gone) is there to see
+	// now: the check can fail.
+	left := strings.Join(n2.shimdLeftovers(t), "\n")
+	for _, want := range []string{"pods ", " netns in ", "IP leases ", "iptables :CNI-DN-", "cgroup "} {
+		if !strings.Contains(left, want) {
+			t.Errorf("before kubeadm reset, %s's shimd state shows no %q:\n%s", n2.Name, want, left)
+		}
+	}
+}
+
+// acrossNodes runs smokePods with web-1 on node name1 and the others on name2
+// (address ip2node) and checks, between the two: pod to pod both ways by pod
+// IP, the Service by ClusterIP and by DNS name from both, hostPort and
+// hostNetwork on name2 from name1, kubectl logs, exec and port-forward into
+// name2's pods. podTimeout bounds each pod's start.
+func acrossNodes(t *testing.T, c *Cluster, name1, name2, ip2node string, podTimeout time.Duration) {
+	t.Helper()
+	c.Apply(t, fmt.Sprintf(smokePods, name1, name2, nginx))
 	for _, p := range []string{"web-1", "web-2", "hostnet", "client"} {
-		c.WaitFor(t, 3*time.Minute, "pod "+p+" Ready", func() error {
+		c.WaitFor(t, podTimeout, "pod "+p+" Ready", func() error {
 			_, err := c.Kubectl(t, "wait", "--for=condition=Ready", "pod/"+p, "--timeout=5s")
 			return err
 		})
@@ -126,27 +145,19 @@ func TestKubeadmSmoke(t *testing.T) {
 	}
 	get("client", "http://"+svcIP+"/")
 	get("web-1", "http://web.default.svc.cluster.local/")
+	get("client", "http://web.default.svc.cluster.local/")
 	// hostPort and hostNetwork on the second node, from a pod on the first.
-	get("web-1", "http://"+n2.IP.String()+":8080/")
-	get("web-1", "http://"+n2.IP.String()+":80/")
+	get("web-1", "http://"+ip2node+":8080/")
+	get("web-1", "http://"+ip2node+":80/")
 
 	// logs and exec into the pod on the second node.
-	if out, err := c.Kubectl(t, "logs", "client"); err != nil || !strings.Contains(out, "hello from "+n2.Name) {
+	if out, err := c.Kubectl(t, "logs", "client"); err != nil || !strings.Contains(out, "hello from "+name2) {
 		t.Errorf("kubectl logs client: %q, %v", out, err)
 	}
 	if out, err := c.Kubectl(t, "exec", "client", "--", "hostname"); err != nil || out != "client" {
 		t.Errorf("kubectl exec client -- hostname: %q, %v", out, err)
 	}
 	portForward(t, c, "web-2")
-
-	// What kubeadm reset must clear (Reset checks it is gone) is there to see
-	// now: the check can fail.
-	left := strings.Join(n2.shimdLeftovers(t), "\n")
-	for _, want := range []string{"pods ", " netns in ", "IP leases ", "iptables :CNI-DN-", "cgroup "} {
-		if !strings.Contains(left, want) {
-			t.Errorf("before kubeadm reset, %s's shimd state shows no %q:\n%s", n2.Name, want, left)
-		}
-	}
 }
 
 // portForward runs kubectl port-forward to pod's port 80 and GETs a page through it.

@@ -13,8 +13,10 @@ selinux=${2:-}
 tools=/mnt/tools/bin
 echo "provision: cgroup fs $(stat -fc %T /sys/fs/cgroup), PID 1 $(cat /proc/1/comm), kernel $(uname -r), driver $driver"
 
-# QEMU's user network when the host forwards ports to the guest (vm.Forward).
-if [ -e /sys/class/net/eth0 ]; then
+# QEMU's user network when the host forwards ports to the guest (vm.Forward). A
+# guest on a host bridge (vm.Config.Tap, SHIMD_VM_NET=bridged) gets its address
+# from whoever put it there.
+if [ -e /sys/class/net/eth0 ] && [ "${SHIMD_VM_NET:-}" != bridged ]; then
 	ip link set eth0 up
 	ip addr add 198.18.254.15/24 dev eth0
 fi

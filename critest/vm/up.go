@@ -30,6 +30,8 @@ type UpConfig struct {
 	MemoryMiB, CPUs int
 	// Forwards as in Config; provision.sh sets eth0 up at GuestIP.
 	Forwards []Forward
+	// Tap as in Config (without Forwards): provision.sh leaves eth0 alone.
+	Tap string
 	// SELinux boots the SELinux variant of the guest (image-selinux.sh), enforcing,
 	// and turns shimd's enable_selinux on.
 	SELinux bool
@@ -71,7 +73,7 @@ func Up(ctx context.Context, cfg UpConfig) (*VM, error) {
 	}
 	t1 := time.Now()
 	v, err := Start(ctx, Config{
-		Image: image, Dir: cfg.Dir, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Forwards: cfg.Forwards, Cmdline: cmdline,
+		Image: image, Dir: cfg.Dir, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Forwards: cfg.Forwards, Tap: cfg.Tap, Cmdline: cmdline,
 		Shares: []Share{
 			{Tag: "host", Path: share},
 			{Tag: "tools", Path: DefaultToolsDir, ReadOnly: true},
@@ -85,7 +87,11 @@ func Up(ctx context.Context, cfg UpConfig) (*VM, error) {
 	t2 := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	code, err := v.Run(pctx, "bash /mnt/host/provision.sh "+cfg.CgroupDriver+provisionArg, logw)
+	env := ""
+	if cfg.Tap != "" {
+		env = "SHIMD_VM_NET=bridged "
+	}
+	code, err := v.Run(pctx, env+"bash /mnt/host/provision.sh "+cfg.CgroupDriver+provisionArg, logw)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("provision.sh: exit status %d", code)
 	}
@@ -164,3 +170,14 @@ func repoRoot() (string, error) {
 	}
 	return filepath.Dir(gomod), nil
 }
+
+// Leftovers is a guest script that lists what shimd or containerd still hold in
+// the guest, one line each: pods, containers, pinned namespaces, shims, pod and
+// container cgroups, overlay mounts. Nothing printed: nothing left.
+const Leftovers = `crictl pods -q | sed 's/^/pod /'
+crictl ps -aq | sed 's/^/container /'
+ls /run/shimd/netns 2>/dev/null | sed 's/^/netns /'
+pgrep -a containerd-shim | sed 's/^/shim /'
+find /sys/fs/cgroup -type d \( -name 'shimd-*.scope' -o -name 'kubepods-*pod*' -o -path '*/kubepods/*/pod*' -o -path '*/shimd/*' \) | sed 's/^/cgroup /'
+grep ' overlay ' /proc/mounts | grep -v ' / ' | sed 's/^/mount /'
+true`

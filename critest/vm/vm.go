@@ -53,8 +53,12 @@ type Config struct {
 	BootTimeout time.Duration
 	// Forwards give the guest a network interface (eth0, GuestIP on GuestNet) that
 	// reaches nothing but these host ports (QEMU user networking, restrict=on).
-	// Without them the guest has no network device.
+	// Without them (and without Tap) the guest has no network device.
 	Forwards []Forward
+	// Tap, instead of Forwards, gives the guest's eth0 this host tap device (made
+	// and put on a bridge by the caller): the guest is one more host on that
+	// bridge, with no address until it sets one (critest/kubeadm's guest node).
+	Tap string
 }
 
 // Forward makes TCP connections of the guest to Addr (an address on GuestNet,
@@ -155,9 +159,13 @@ func qemuArgs(cfg Config) []string {
 		"-serial", "chardev:con",
 		"-device", "virtio-rng-pci",
 	}
-	if len(cfg.Forwards) == 0 {
+	switch {
+	case cfg.Tap != "":
+		args = append(args, "-netdev", "tap,id=n0,ifname="+cfg.Tap+",script=no,downscript=no",
+			"-device", "virtio-net-pci,netdev=n0")
+	case len(cfg.Forwards) == 0:
 		args = append(args, "-nic", "none")
-	} else {
+	default:
 		// restrict=on: the guest reaches neither the host nor anything beyond it,
 		// only the guestfwd targets; each connection runs its own busybox nc.
 		netdev := "user,id=n0,net=" + GuestNet + ",dhcpstart=" + GuestIP + ",restrict=on"
