@@ -249,7 +249,7 @@ e2e-kubeadm: tools
 
 # The same cluster with a node in the cgroup v2 + systemd guest (critest/vm) bridged
 # onto the node network: both host classes in one cluster (TestKubeadmGuestNode, issue
-# 47). The guest runs under QEMU's software emulation: about 15 minutes, most of a
+# 47). The guest runs under QEMU's software emulation: about 3 minutes, most of a
 # 2-core machine. Not part of check.
 .PHONY: e2e-kubeadm-guest
 e2e-kubeadm-guest: tools

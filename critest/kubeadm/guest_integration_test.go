@@ -10,8 +10,8 @@ import (
 )
 
 // guestEnv turns TestKubeadmGuestNode on (make e2e-kubeadm-guest): it boots the
-// cgroup v2 guest under QEMU's emulation, which takes most of the machine for
-// about 15 minutes.
+// cgroup v2 guest under QEMU's emulation, which takes most of a 2-core machine
+// for about 3 minutes.
 const guestEnv = "SHIMD_KUBEADM_GUEST"
 
 // TestKubeadmGuestNode: both host classes in one cluster (issue 47, item 2).
@@ -27,7 +27,7 @@ const guestEnv = "SHIMD_KUBEADM_GUEST"
 // reset on every node, the guest included, leaves nothing of shimd's.
 func TestKubeadmGuestNode(t *testing.T) {
 	if os.Getenv(guestEnv) != "1" {
-		t.Skipf("the guest node boots a VM under emulation (about 15 minutes): run it with make e2e-kubeadm-guest (%s=1)", guestEnv)
+		t.Skipf("the guest node boots a VM under emulation (about 3 minutes): run it with make e2e-kubeadm-guest (%s=1)", guestEnv)
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("the kubeadm cluster needs root")
