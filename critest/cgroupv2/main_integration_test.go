@@ -11,10 +11,12 @@ package cgroupv2
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +47,7 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	flag.Parse() // -test.timeout, for the watchdog
 	switch {
 	case os.Getenv("SHIMD_VM") != "1":
 		skipWhy = "SHIMD_VM=1 boots the cgroup v2 guest (make e2e-cgroupv2)"
@@ -89,7 +92,15 @@ func runMain(m *testing.M) int {
 	if err != nil {
 		return 1
 	}
+	stopWatchdog := watchdog()
 	code := m.Run()
+	stopWatchdog()
+	if why := deadGuest.Load(); why != nil {
+		fmt.Printf("vm: the guest stopped answering (%s); the console's last 200 lines:\n%s", *why, guest.ConsoleTail(200))
+		guest.Kill()
+		fmt.Printf("vm: killed qemu; kept %s (console.log, qemu.log)\n", dir)
+		return 1
+	}
 	// The tests may outlast the boot's context (critest in the guest alone takes
 	// over 20 minutes): what follows has its own.
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Minute)
@@ -137,12 +148,49 @@ func requireGuest(t *testing.T) {
 	if guest == nil {
 		t.Skip(skipWhy)
 	}
+	requireAnswering(t)
+}
+
+// requireAnswering stops a test at once when the guest no longer answers.
+func requireAnswering(t *testing.T) {
+	t.Helper()
+	if why := deadGuest.Load(); why != nil {
+		t.Fatalf("the guest no longer answers (%s)", *why)
+	}
+}
+
+// deadGuest says why the guest stopped answering its agent; the tests after that
+// fail at once instead of each waiting out its deadlines.
+var deadGuest atomic.Pointer[string]
+
+// started is when the test binary began; -timeout counts from about then.
+var started = time.Now()
+
+// watchdog kills the guest, with the console's tail, shortly before go test's
+// -timeout would end the binary: that panic runs no clean-up, and QEMU, in a
+// session of its own, would be left running.
+func watchdog() (stop func()) {
+	f := flag.Lookup("test.timeout")
+	if f == nil {
+		return func() {}
+	}
+	d, ok := f.Value.(flag.Getter).Get().(time.Duration)
+	if !ok || d <= 2*time.Minute {
+		return func() {}
+	}
+	timer := time.AfterFunc(time.Until(started.Add(d-time.Minute)), func() {
+		fmt.Printf("vm: the tests are about to run past -timeout %s: the guest's console (last 200 lines):\n%s", d, guest.ConsoleTail(200))
+		guest.Kill()
+		fmt.Printf("vm: killed qemu; kept %s\n", guest.Dir())
+	})
+	return func() { timer.Stop() }
 }
 
 // sh runs a bash script in the guest and returns its output; a non-zero exit
 // fails the test.
 func sh(t *testing.T, script string) string {
 	t.Helper()
+	requireAnswering(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out, err := guest.Output(ctx, script)
@@ -154,6 +202,7 @@ func sh(t *testing.T, script string) string {
 // shCode runs a script and returns its exit status and output.
 func shCode(t *testing.T, script string) (int, string) {
 	t.Helper()
+	requireAnswering(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var b strings.Builder
@@ -163,9 +212,13 @@ func shCode(t *testing.T, script string) (int, string) {
 	return code, strings.TrimSpace(b.String())
 }
 
-// onHang logs, when a guest command ran past its deadline, what the guest's daemons
-// were doing: their goroutines' stacks (shimd and containerd dump them on SIGUSR1,
-// and go on), the process tree, and their journal since the test began.
+// onHang logs, when a guest command ran past its deadline, what the guest was
+// doing: the stacks of shimd's and containerd's goroutines (both dump them on
+// SIGUSR1, and go on), the process tree with each process's state and kernel wait
+// channel, the kernel stacks of the tasks in uninterruptible sleep, and the
+// journals since the test began. When the agent does not answer either, the same
+// comes through the serial console's root shell, with the console's tail (the
+// kernel's hung-task reports), and the guest is marked dead.
 func onHang(t *testing.T, err error) {
 	t.Helper()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -173,11 +226,28 @@ func onHang(t *testing.T, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, derr := guest.Output(ctx, `pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
-ps -eo pid,ppid,stat,etime,time,args --forest | cut -c1-200
-journalctl -u shimd -u containerd -u kubelet -u shimd-vm-agent --no-pager -o short-precise --since "-15min" | tail -n 5000`)
+	// PATH without the 9p share first: a stalled share must not stall this too.
+	out, derr := guest.Output(ctx, `PATH=/usr/sbin:/usr/bin:/sbin:/bin
+pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
+`+processStates+`
+journalctl -u shimd -u containerd -u kubelet -u shimd-vm-agent --no-pager -o short-precise --since "-15min" | tail -n 5000
+journalctl -k --no-pager -o short-precise --since "-15min" | tail -n 300`)
 	t.Logf("a guest command ran past its deadline; the guest after it (%v):\n%s", derr, out)
+	if derr == nil {
+		return
+	}
+	before := guest.ConsoleTail(100)
+	con, cerr := guest.ConsoleRun(processStates, time.Minute)
+	t.Logf("the agent does not answer; the console's last 100 lines:\n%s\n--- then through the console's shell (%v):\n%s",
+		before, cerr, con)
+	why := fmt.Sprintf("in %s: %v", t.Name(), err)
+	deadGuest.CompareAndSwap(nil, &why)
 }
+
+// processStates prints every process with its state and kernel wait channel, and
+// the kernel stack of each one in uninterruptible sleep (D).
+const processStates = `ps -eo pid,ppid,stat,wchan:32,etime,time,args --forest | cut -c1-220
+for p in $(ps -eo pid=,stat= | awk '$2 ~ /^D/ {print $1}'); do echo "--- kernel stack of $p ($(cat /proc/$p/comm)):"; cat /proc/$p/stack; done`
 
 // file writes content into the share and returns the guest's path of it.
 func file(t *testing.T, name, content string) string {

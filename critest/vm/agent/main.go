@@ -1,9 +1,12 @@
 // Command shimd-vm-agent runs inside the test virtual machine (critest/vm) as a
 // systemd service and runs the host's commands there. It reads requests, one JSON
 // object per line, from a virtio-serial port and answers with frames of the same
-// kind: the command's output as it comes, then its exit status. Commands run one
-// at a time, in order, under bash; each frame names its request so that a client
-// which reconnects never reads the output of an earlier one.
+// kind: the command's output as it comes, then its exit status. Each command runs
+// under bash as soon as it is read, beside any still running: a command stuck
+// where a kill cannot end it (a process in uninterruptible sleep) must not stop
+// the agent from running the next, or the host's diagnostics. Each frame names its
+// request so that a client which reconnects never reads the output of an earlier
+// one.
 package main
 
 import (
@@ -48,7 +51,7 @@ func main() {
 			log.Printf("bad request %q: %v", line, err)
 			continue
 		}
-		a.run(req)
+		go a.run(req)
 	}
 }
 

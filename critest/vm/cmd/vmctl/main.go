@@ -5,6 +5,7 @@
 //	vmctl -dir DIR -image IMG [-share TAG=PATH[:ro]]... start
 //	vmctl -dir DIR run 'command'      # exit status is the command's
 //	vmctl -dir DIR shell              # one guest command per line read
+//	vmctl -dir DIR console 'command'  # through the serial console, when the agent is stuck
 //	vmctl -dir DIR stop
 package main
 
@@ -45,7 +46,7 @@ func main() {
 	flag.Var(&sh, "share", "TAG=PATH[:ro], repeatable")
 	flag.Parse()
 	if flag.NArg() < 1 {
-		fatal(fmt.Errorf("usage: vmctl [flags] up|start|run CMD|shell|stop"))
+		fatal(fmt.Errorf("usage: vmctl [flags] up|start|run CMD|shell|console CMD|stop"))
 	}
 	ctx := context.Background()
 	switch flag.Arg(0) {
@@ -75,6 +76,12 @@ func main() {
 				fmt.Fprintf(os.Stderr, "[exit %d %v]\n", code, err)
 			}
 		}
+	case "console":
+		v, err := vm.Attach(*dir)
+		fatal(err)
+		out, err := v.ConsoleRun(strings.Join(flag.Args()[1:], " "), time.Minute)
+		fmt.Print(out)
+		fatal(err)
 	case "stop":
 		v, err := vm.Attach(*dir)
 		fatal(err)
