@@ -226,9 +226,7 @@ func onHang(t *testing.T, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// PATH without the 9p share first: a stalled share must not stall this too.
-	out, derr := guest.Output(ctx, `PATH=/usr/sbin:/usr/bin:/sbin:/bin
-pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
+	out, derr := guest.Output(ctx, `pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
 `+processStates+`
 journalctl -u shimd -u containerd -u kubelet -u shimd-vm-agent --no-pager -o short-precise --since "-15min" | tail -n 5000
 journalctl -k --no-pager -o short-precise --since "-15min" | tail -n 300`)
@@ -238,8 +236,8 @@ journalctl -k --no-pager -o short-precise --since "-15min" | tail -n 300`)
 	}
 	before := guest.ConsoleTail(100)
 	con, cerr := guest.ConsoleRun(processStates, time.Minute)
-	t.Logf("the agent does not answer; the console's last 100 lines:\n%s\n--- then through the console's shell (%v):\n%s",
-		before, cerr, con)
+	t.Logf("the agent does not answer; the console's last 100 lines:\n%s\n--- then through the console's shell (%v):\n%s\n--- QEMU's threads on the host:\n%s",
+		before, cerr, con, guest.QEMUThreads())
 	why := fmt.Sprintf("in %s: %v", t.Name(), err)
 	deadGuest.CompareAndSwap(nil, &why)
 }

@@ -414,6 +414,35 @@ func (v *VM) ConsoleRun(script string, wait time.Duration) (string, error) {
 	return out, nil
 }
 
+// QEMUThreads describes QEMU's threads as the host sees them: name, state, CPU
+// ticks, kernel wait channel and kernel stack. It tells a guest that stopped
+// (vCPU threads asleep in the host kernel, or spinning) from one whose kernel
+// hangs on its own.
+func (v *VM) QEMUThreads() string {
+	var b strings.Builder
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", v.pid))
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	for _, t := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", v.pid, t.Name())
+		read := func(f string) string { d, _ := os.ReadFile(dir + f); return strings.TrimSpace(string(d)) }
+		// stat: "tid (comm) state ... utime(14) stime(15)"; comm may hold spaces.
+		stat := read("stat")
+		state, ticks := "?", "?"
+		if i := strings.LastIndexByte(stat, ')'); i >= 0 {
+			if f := strings.Fields(stat[i+1:]); len(f) > 13 {
+				state, ticks = f[0], f[11]+"+"+f[12]
+			}
+		}
+		fmt.Fprintf(&b, "%s %-16s %s ticks %s wchan %s\n", t.Name(), read("comm"), state, ticks, read("wchan"))
+		if st := read("stack"); st != "" {
+			fmt.Fprintf(&b, "  %s\n", strings.ReplaceAll(st, "\n", "\n  "))
+		}
+	}
+	return b.String()
+}
+
 func readFrom(path string, off int64) string {
 	f, err := os.Open(path)
 	if err != nil {

@@ -8,8 +8,10 @@ const PortName = "org.shimd.agent"
 // GuestPort is where udev puts the port in the guest.
 const GuestPort = "/dev/virtio-ports/" + PortName
 
-// GuestPath is the PATH commands run with: the host's share first.
-const GuestPath = "/mnt/host/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// GuestPath is the PATH commands run with: the guest's own directories only. The
+// share's bin holds nothing but the agent, and a lookup there is a 9p request for
+// every command a script runs.
+const GuestPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Request asks the agent to run Cmd under bash -c.
 type Request struct {
