@@ -52,12 +52,19 @@ func TestMain(m *testing.M) { harness.Main(m) }
 // With BENCH_CONTENTION=1 shimd also samples blocking and mutex contention (see
 // contentionFromEnv).
 func shimdExtraConfig(hosts string) string {
-	c := fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)
-	if d := os.Getenv("BENCH_SHIMD_DEBUG"); d != "" {
-		c += fmt.Sprintf("[debug]\naddress = %q\n", d)
-		if os.Getenv("BENCH_CONTENTION") == "1" {
-			c += fmt.Sprintf("block_profile_rate = %d\nmutex_profile_fraction = %d\n", contentionBlockRate, contentionMutexFraction)
-		}
+	return fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts) + shimdDebugConfig()
+}
+
+// shimdDebugConfig is the [debug] table of BENCH_SHIMD_DEBUG and BENCH_CONTENTION,
+// or nothing; it goes last in a config.
+func shimdDebugConfig() string {
+	d := os.Getenv("BENCH_SHIMD_DEBUG")
+	if d == "" {
+		return ""
+	}
+	c := fmt.Sprintf("[debug]\naddress = %q\n", d)
+	if os.Getenv("BENCH_CONTENTION") == "1" {
+		c += fmt.Sprintf("block_profile_rate = %d\nmutex_profile_fraction = %d\n", contentionBlockRate, contentionMutexFraction)
 	}
 	return c
 }

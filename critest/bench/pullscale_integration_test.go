@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,7 +61,8 @@ type pullSample struct {
 // containerd holds none of their blobs. PULL_ROUNDS (default 3) rounds of the first two
 // cases, 1 of the slow one, the sides taking turns going first. Per pull: wall time,
 // the growth of the containerd root (content store, snapshots, metadata) after it, and
-// the daemons' CPU. PULL_STALL_ONLY=1 runs the stall alone, PULL_STALL=0 all but it.
+// the daemons' CPU. PULL_STALL_ONLY=1 runs the stall alone, PULL_STALL=0 all but it;
+// PULL_CASES picks cases by index (0 the large image, 1 five at once, 2 the slow link).
 func BenchmarkPullScale(b *testing.B) {
 	cache := cmp.Or(os.Getenv("PULL_CACHE"), "/var/cache/shimd/bench-pull")
 	reg := harness.StartRegistry(b, harness.RegistryOptions{Writable: true})
@@ -115,7 +117,7 @@ func BenchmarkPullScale(b *testing.B) {
 	reg.WriteHermeticHostsDir(b, hosts)
 	writeHostsFile(b, hosts, slowHost, "http://"+lis.Addr().String())
 
-	shimdConfig := fmt.Sprintf("[registry]\nconfig_path = %q\npull_progress_timeout = %q\n", hosts, pullStallTimeout)
+	shimdConfig := fmt.Sprintf("[registry]\nconfig_path = %q\npull_progress_timeout = %q\n", hosts, pullStallTimeout) + shimdDebugConfig()
 	sides := newCostSidesWith(b, hosts, shimdConfig, criSide{name: "containerd", opts: harness.ContainerdOptions{CRIImagePullProgressTimeout: pullStallTimeout}})
 
 	rounds := envInt("PULL_ROUNDS", 3)
@@ -131,12 +133,19 @@ func BenchmarkPullScale(b *testing.B) {
 	if os.Getenv("PULL_STALL_ONLY") == "1" {
 		cases = nil
 	}
+	cases = pickCases(b, cases, os.Getenv("PULL_CASES"))
+	// PULL_PROFILE_DIR: a CPU profile of each daemon with a debug socket (shimd's
+	// with BENCH_SHIMD_DEBUG) over the first PULL_PROFILE_SECONDS (default 8) of
+	// every pull, <side>-case<i>-round<r>-<daemon>.pprof (i counts the cases run).
+	probes := burstProbes{profileDir: os.Getenv("PULL_PROFILE_DIR"), profileFor: time.Duration(envInt("PULL_PROFILE_SECONDS", 8)) * time.Second}
 	res := map[string]map[*costSide][]pullSample{}
 	for i, c := range cases {
 		res[c.name] = map[*costSide][]pullSample{}
 		for round := range c.rounds {
 			for _, s := range turns(sides, i+round) {
+				profiled := probes.start(b, s.target, fmt.Sprintf("case%d-round%d", i, round), 0)
 				res[c.name][s] = append(res[c.name][s], s.coldPull(b, c.images, allLayers(layers, c.images)))
+				profiled()
 			}
 		}
 	}
@@ -166,6 +175,22 @@ func BenchmarkPullScale(b *testing.B) {
 	}
 	require.NoError(b, out.Flush())
 	b.ReportMetric(0, "ns/op")
+}
+
+// pickCases keeps the cases whose indexes PULL_CASES lists ("1" or "0,2"); all when
+// it is empty.
+func pickCases(b *testing.B, cases []pullCase, list string) []pullCase {
+	if list == "" {
+		return cases
+	}
+	var kept []pullCase
+	for _, f := range strings.Split(list, ",") {
+		i, err := strconv.Atoi(strings.TrimSpace(f))
+		require.NoError(b, err, "PULL_CASES")
+		require.True(b, i >= 0 && i < len(cases), "PULL_CASES: no case %d", i)
+		kept = append(kept, cases[i])
+	}
+	return kept
 }
 
 // coldPull pulls images at once on the side, measures, then removes them and waits
