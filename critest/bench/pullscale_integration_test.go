@@ -49,20 +49,26 @@ type pullSample struct {
 	wall      time.Duration
 	disk      int64 // growth of the side's containerd root
 	daemonCPU time.Duration
+	// after is whose pull came just before this one: "own" (the same side's, as
+	// on a node, where the runtime's last pull was its own), "other" (the other
+	// side's), or "" for the first pull of the benchmark.
+	after string
 }
 
 // BenchmarkPullScale pulls as a node does when big pods land: a large image of real
-// files (about 2.2 GB unpacked, 8 layers on Debian 12; pullset.go), five different images at once
-// (a kubelet with maxParallelImagePulls: 5), the five again through a slow link
-// (PULL_SLOW_MIBS MiB/s, default 25, shared by all connections), and a pull whose
-// blob stalls, which each runtime's no-progress timeout (60 s for both) must end.
-// shimd and containerd's CRI each have a containerd of their own, so every pull is
-// cold: after each, the images are removed and the benchmark waits until the
-// containerd holds none of their blobs. PULL_ROUNDS (default 3) rounds of the first two
-// cases, 1 of the slow one, the sides taking turns going first. Per pull: wall time,
-// the growth of the containerd root (content store, snapshots, metadata) after it, and
-// the daemons' CPU. PULL_STALL_ONLY=1 runs the stall alone, PULL_STALL=0 all but it;
-// PULL_CASES picks cases by index (0 the large image, 1 five at once, 2 the slow link).
+// files (about 2.2 GB unpacked, 8 layers on Debian 12; pullset.go), five different
+// images at once (a kubelet with maxParallelImagePulls: 5), the five again through a
+// slow link (PULL_SLOW_MIBS MiB/s, default 25, shared by all connections), and a pull
+// whose blob stalls, which each runtime's no-progress timeout (60 s for both) must
+// end. shimd and containerd's CRI each have a containerd of their own, so every pull
+// is cold: after each, the images are removed and the benchmark waits until the
+// containerd holds none of their blobs. PULL_ROUNDS (default 3) rounds of the first
+// two cases, PULL_SLOW_ROUNDS (default 1) of the slow one, the sides taking turns
+// going first. Per pull: wall time, the growth of the containerd root (content store,
+// snapshots, metadata) after it, the daemons' CPU, and a line of what the whole
+// machine did meanwhile (user and system CPU, disk writes and discards).
+// PULL_STALL_ONLY=1 runs the stall alone, PULL_STALL=0 all but it; PULL_CASES picks
+// cases by index (0 the large image, 1 five at once, 2 the slow link).
 func BenchmarkPullScale(b *testing.B) {
 	cache := cmp.Or(os.Getenv("PULL_CACHE"), "/var/cache/shimd/bench-pull")
 	reg := harness.StartRegistry(b, harness.RegistryOptions{Writable: true})
@@ -128,7 +134,7 @@ func BenchmarkPullScale(b *testing.B) {
 	cases := []pullCase{
 		{fmt.Sprintf("large image (%d layers)", len(large.Layers)), []string{large.name()}, rounds},
 		{"5 images at once", set, rounds},
-		{fmt.Sprintf("5 images at once, %d MiB/s link", envInt("PULL_SLOW_MIBS", 25)), slowSet, 1},
+		{fmt.Sprintf("5 images at once, %d MiB/s link", envInt("PULL_SLOW_MIBS", 25)), slowSet, envInt("PULL_SLOW_ROUNDS", 1)},
 	}
 	if os.Getenv("PULL_STALL_ONLY") == "1" {
 		cases = nil
@@ -200,6 +206,8 @@ func (s *costSide) coldPull(b *testing.B, images []string, layers []pullLayer) p
 	require.DirExists(b, snapshots)
 	snaps0 := countEntries(snapshots)
 	before, disk0 := s.usage(b), diskUsage(s.root)
+	m0, err := readMachine()
+	require.NoError(b, err)
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(images))
@@ -217,6 +225,25 @@ func (s *costSide) coldPull(b *testing.B, images []string, layers []pullLayer) p
 	require.NoError(b, errors.Join(errs...), s.name)
 	sample.daemonCPU = s.usage(b).cpu - before.cpu
 	sample.disk = diskUsage(s.root) - disk0
+	// What the machine did during the pull, and between the previous pull's end
+	// (its clean-up and sync included) and this one's start.
+	m1, err := readMachine()
+	require.NoError(b, err)
+	fmt.Printf("  %s, %d image(s): wall %.2fs, daemons' CPU %.2fs; the machine during it: %s", s.name, len(images),
+		sample.wall.Seconds(), sample.daemonCPU.Seconds(), m1.since(m0))
+	if !lastPullEnd.at.IsZero() {
+		fmt.Printf("; in the %.1fs before it: %s", m0.at.Sub(lastPullEnd.at).Seconds(), m0.since(lastPullEnd))
+	}
+	fmt.Println()
+	lastPullEnd = m1
+	switch lastPullSide {
+	case "":
+	case s.name:
+		sample.after = "own"
+	default:
+		sample.after = "other"
+	}
+	lastPullSide = s.name
 	for _, img := range images {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 		_, err := s.is.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: img}})
@@ -243,6 +270,13 @@ func (s *costSide) coldPull(b *testing.B, images []string, layers []pullLayer) p
 	return sample
 }
 
+// lastPullEnd is the machine at the end of the last cold pull (coldPull), and
+// lastPullSide the side that pulled.
+var (
+	lastPullEnd  machineSnap
+	lastPullSide string
+)
+
 // countEntries is the number of entries in dir (0 if it cannot be read).
 func countEntries(dir string) int {
 	es, _ := os.ReadDir(dir)
@@ -265,18 +299,40 @@ func reportPulls(b *testing.B, cases []pullCase, sides []*costSide, res map[stri
 			{"disk after the pull", func(p pullSample) time.Duration { return time.Duration(p.disk) }, func(d time.Duration) string { return fmt.Sprintf("%.0f MiB", mib(int64(d))) }},
 			{"daemons' CPU", func(p pullSample) time.Duration { return p.daemonCPU }, func(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }},
 		} {
-			var sv, cv []time.Duration
-			for _, p := range res[c.name][sh] {
-				sv = append(sv, m.v(p))
+			// All pulls, then split by whose pull came before: on this machine a
+			// pull after the other side's costs up to twice the system CPU of one
+			// after its own (docs/benchmarks.md, "Fresh memory on this machine").
+			for _, after := range []string{"all", "own", "other"} {
+				if after != "all" && m.name == "disk after the pull" {
+					continue
+				}
+				var sv, cv []time.Duration
+				for _, p := range res[c.name][sh] {
+					if after == "all" || p.after == after {
+						sv = append(sv, m.v(p))
+					}
+				}
+				for _, p := range res[c.name][cd] {
+					if after == "all" || p.after == after {
+						cv = append(cv, m.v(p))
+					}
+				}
+				if len(sv) == 0 || len(cv) == 0 {
+					continue
+				}
+				name := m.name
+				if after != "all" {
+					name += ", after the " + map[string]string{"own": "side's own pull", "other": "other side's pull"}[after]
+				}
+				s50, c50 := percentile(sv, 50), percentile(cv, 50)
+				fmt.Fprintf(out, "%s\t%s\t%s (p50 of %d: %s)\t%s (p50 of %d: %s)\t%.2fx\n", c.name, name,
+					m.f(s50), len(sv), joinDur(sv, m.f), m.f(c50), len(cv), joinDur(cv, m.f), float64(s50)/float64(c50))
+				short := strings.NewReplacer(" ", "-", ",", "", "/", "-", "(", "", ")", "", "'", "").Replace(c.name + "-" + m.name)
+				if after != "all" {
+					short += "-after-" + after
+				}
+				b.ReportMetric(float64(s50)/float64(c50), short+"-ratio")
 			}
-			for _, p := range res[c.name][cd] {
-				cv = append(cv, m.v(p))
-			}
-			s50, c50 := percentile(sv, 50), percentile(cv, 50)
-			fmt.Fprintf(out, "%s\t%s\t%s (p50 of %d: %s)\t%s (p50 of %d: %s)\t%.2fx\n", c.name, m.name,
-				m.f(s50), len(sv), joinDur(sv, m.f), m.f(c50), len(cv), joinDur(cv, m.f), float64(s50)/float64(c50))
-			short := strings.NewReplacer(" ", "-", ",", "", "/", "-", "(", "", ")", "", "'", "").Replace(c.name + "-" + m.name)
-			b.ReportMetric(float64(s50)/float64(c50), short+"-ratio")
 		}
 	}
 	require.NoError(b, out.Flush())
