@@ -226,13 +226,14 @@ func onHang(t *testing.T, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, derr := guest.Output(ctx, `pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
+	var out strings.Builder
+	code, derr := guest.Run(ctx, `pkill -USR1 -x shimd; pkill -USR1 -x containerd; sleep 2
 `+processStates+`
 journalctl -u shimd -u containerd -u kubelet -u shimd-vm-agent --no-pager -o short-precise --since "-15min" | tail -n 5000
-journalctl -k --no-pager -o short-precise --since "-15min" | tail -n 300`)
-	t.Logf("a guest command ran past its deadline; the guest after it (%v):\n%s", derr, out)
+journalctl -k --no-pager -o short-precise --since "-15min" | tail -n 300`, &out)
+	t.Logf("a guest command ran past its deadline; the guest after it (exit %d, %v):\n%s", code, derr, out.String())
 	if derr == nil {
-		return
+		return // the agent answered, whatever the script's exit status
 	}
 	before := guest.ConsoleTail(100)
 	con, cerr := guest.ConsoleRun(processStates, time.Minute)
