@@ -21,26 +21,11 @@ func machineBusy() (time.Duration, error) {
 	return parseMachineBusy(string(raw))
 }
 
-// parseMachineBusy reads the "cpu" line of /proc/stat: user nice system idle iowait
-// irq softirq steal (guest and guest_nice are inside user and nice), in USER_HZ.
+// parseMachineBusy is the busy time in /proc/stat's "cpu" line: every kind but idle
+// and iowait (parseMachineSnap's user, system and steal).
 func parseMachineBusy(stat string) (time.Duration, error) {
-	line, _, _ := strings.Cut(stat, "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, fmt.Errorf("unexpected first line of /proc/stat: %q", line)
-	}
-	var busy int64
-	for i, v := range f[1:9] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
-		}
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		busy += n
-	}
-	return time.Duration(busy) * time.Second / clockTicks, nil
+	m, err := parseMachineSnap(stat, "", nil)
+	return m.user + m.system + m.steal, err
 }
 
 // machineSnap is what the whole machine has done since boot: CPU time by kind and
