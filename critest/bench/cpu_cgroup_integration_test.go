@@ -65,15 +65,19 @@ func cpuTreeFromEnv(b *testing.B) *cpuTree {
 // podRoot is the cgroup root (target.cgroupRoot) of side's pods, below the group.
 func (t *cpuTree) podRoot(side string) string { return t.root + "/" + side }
 
-// usage is the group's CPU time so far; 0 without a group.
-func (t *cpuTree) usage(b *testing.B) time.Duration {
+// usage is the group's CPU time so far, and of it the kernel's (cpuacct.usage_sys);
+// 0 without a group.
+func (t *cpuTree) usage(b *testing.B) (all, sys time.Duration) {
 	b.Helper()
 	if t == nil {
-		return 0
+		return 0, 0
 	}
-	raw, err := os.ReadFile(filepath.Join(t.dir, "cpuacct.usage"))
-	require.NoError(b, err, "BENCH_CPU_CGROUP")
-	ns, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-	require.NoError(b, err, "BENCH_CPU_CGROUP: cpuacct.usage")
-	return time.Duration(ns)
+	read := func(name string) time.Duration {
+		raw, err := os.ReadFile(filepath.Join(t.dir, name))
+		require.NoError(b, err, "BENCH_CPU_CGROUP")
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		require.NoError(b, err, "BENCH_CPU_CGROUP: %s", name)
+		return time.Duration(ns)
+	}
+	return read("cpuacct.usage"), read("cpuacct.usage_sys")
 }

@@ -12,22 +12,6 @@ import (
 // /proc/stat's CPU lines (100 on Linux).
 const clockTicks = 100
 
-// machineBusy is the busy time of all CPUs since boot.
-func machineBusy() (time.Duration, error) {
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
-	}
-	return parseMachineBusy(string(raw))
-}
-
-// parseMachineBusy is the busy time in /proc/stat's "cpu" line: every kind but idle
-// and iowait (parseMachineSnap's user, system and steal).
-func parseMachineBusy(stat string) (time.Duration, error) {
-	m, err := parseMachineSnap(stat, "", nil)
-	return m.user + m.system + m.steal, err
-}
-
 // machineSnap is what the whole machine has done since boot: CPU time by kind and
 // the whole disks' writes and discards. Differences of two tell what ran beside a
 // measurement, the benchmark's own work included.
@@ -40,6 +24,9 @@ type machineSnap struct {
 	// (virtio-balloon free page reporting), bytes; -1 where the kernel does not say.
 	reported int64
 }
+
+// busy is the CPU time of every kind but idle and iowait.
+func (m machineSnap) busy() time.Duration { return m.user + m.system + m.steal }
 
 func readMachine() (machineSnap, error) {
 	stat, err := os.ReadFile("/proc/stat")

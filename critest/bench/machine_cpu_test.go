@@ -6,7 +6,8 @@ import (
 )
 
 func TestParseMachineBusy(t *testing.T) {
-	busy, err := parseMachineBusy("cpu  100 5 50 9000 20 3 2 1 0 0\ncpu0 50 2 25 4500 10 1 1 0 0 0\n")
+	m, err := parseMachineSnap("cpu  100 5 50 9000 20 3 2 1 0 0\ncpu0 50 2 25 4500 10 1 1 0 0 0\n", "", nil)
+	busy := m.busy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -14,7 +15,7 @@ func TestParseMachineBusy(t *testing.T) {
 	if want := 1610 * time.Millisecond; busy != want {
 		t.Fatalf("busy = %v, want %v", busy, want)
 	}
-	if _, err := parseMachineBusy("intr 1 2 3\n"); err == nil {
+	if _, err := parseMachineSnap("intr 1 2 3\n", "", nil); err == nil {
 		t.Fatal("a stat without a cpu line parsed")
 	}
 }
