@@ -16,7 +16,8 @@ import (
 // test (unix socket paths are limited to 108 bytes, and containerd's shim
 // socket directory to 42, so t.TempDir is too long). At cleanup it unmounts
 // whatever is still mounted below it, then removes it, unless SHIMD_KEEP=1,
-// in which case it is left for inspection (still unmounted).
+// in which case it is left for inspection (still unmounted). With
+// SHIMD_TEST_FS=ext4 it is a filesystem of its own (testfs.go).
 func NewBaseDir(t testing.TB) string {
 	t.Helper()
 	summaryOf(t)
@@ -24,6 +25,8 @@ func NewBaseDir(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
+	// Its filesystem's cleanup is registered first, so that it runs last.
+	mountTestFS(t, dir)
 	t.Cleanup(func() { removeBaseDir(t, dir) })
 	// Traversable by all, like containerd's own state dir: user-namespaced
 	// containers reach their rootfs below it as an unprivileged host uid.

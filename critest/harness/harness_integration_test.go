@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -189,4 +190,35 @@ func TestContainerdCRI(t *testing.T) {
 	t.Logf("CRI %s %s, conditions %v", v.RuntimeName, v.RuntimeVersion, st.Status.Conditions)
 	require.Contains(t, st.Info["config"], env.CNI.ConfPath[:strings.LastIndex(env.CNI.ConfPath, "/")])
 	require.Contains(t, st.Info["config"], env.Tools.Runc)
+}
+
+// TestBaseDirOnItsOwnExt4: with SHIMD_TEST_FS=ext4 a base directory is a journaled
+// ext4 of its own (jbd2 names its journal), the leak check does not count that
+// mount, and when the test ends the mount, the directory and the image file go.
+func TestBaseDirOnItsOwnExt4(t *testing.T) {
+	requireRoot(t)
+	var dir string
+	imgsBefore, err := filepath.Glob("/var/tmp/shimd-testfs-*.img")
+	require.NoError(t, err)
+	t.Run("inner", func(t *testing.T) {
+		t.Setenv(harness.TestFSEnv, "ext4")
+		t.Setenv(harness.TestFSSizeEnv, "1G")
+		dir = harness.NewBaseDir(t)
+		points, err := harness.MountPointsUnder(dir)
+		require.NoError(t, err)
+		require.Equal(t, []string{dir}, points, "the base directory is the mount point")
+		bare, err := harness.JournallessExt4(dir)
+		require.NoError(t, err)
+		require.False(t, bare, "the base directory's ext4 has a journal")
+		require.NoError(t, os.WriteFile(dir+"/f", []byte("x"), 0o644))
+		harness.AssertNoLeaks(t, harness.LeakCheck{MountRoots: []string{dir}, Timeout: time.Second})
+	})
+	points, err := harness.MountPointsUnder(dir)
+	require.NoError(t, err)
+	require.Empty(t, points, "unmounted")
+	_, err = os.Stat(dir)
+	require.True(t, os.IsNotExist(err), "removed: %v", err)
+	imgsAfter, err := filepath.Glob("/var/tmp/shimd-testfs-*.img")
+	require.NoError(t, err)
+	require.ElementsMatch(t, imgsBefore, imgsAfter, "the image file removed")
 }

@@ -125,7 +125,7 @@ func FindLeaks(ctx context.Context, c LeakCheck) []string {
 			break
 		}
 		for _, m := range ms {
-			if !allowed[m.Point] && !runscNullNetNS(m) {
+			if !allowed[m.Point] && !isBaseMount(m.Point) && !runscNullNetNS(m) {
 				add("mount %s", m)
 			}
 		}
