@@ -21,9 +21,9 @@ type cpuSample struct {
 	first   time.Duration // of the first daemon alone (shimd, for shimd)
 	tree    time.Duration // the benchmark's own process tree and pods (cpuTree); 0 without
 	// treeSys is the tree's kernel time (cpuacct.usage_sys); snap the machine's CPU by
-	// kind. On a guest whose hypervisor takes freed memory back, the kernel's share of
-	// the same work moves run to run while user time does not (docs/benchmarks.md,
-	// "Fresh memory on this machine"), so the line splits them.
+	// kind. The kernel's share of the same work can move with the machine's history
+	// while user time does not (docs/benchmarks.md, "The journal-less root
+	// filesystem"), so the line splits them.
 	treeSys time.Duration
 	snap    machineSnap
 }
@@ -60,15 +60,7 @@ func (s cpuSample) line(what string, n, daemons int) string {
 		tree = fmt.Sprintf("; of the benchmark's own processes and pods %.1f s (%.0f ms per pod: user %.0f, system %.0f), of it not the daemons %.0f ms per pod",
 			s.tree.Seconds(), perPod(s.tree), perPod(s.tree-s.treeSys), perPod(s.treeSys), perPod(s.tree-s.daemons))
 	}
-	return fmt.Sprintf("%s: CPU time of the whole machine %.1f s (%.0f ms per pod: user %.0f, system %.0f), of the daemons %.1f s%s (%.0f ms per pod), of the rest %.1f s%s; memory handed back to the hypervisor %s\n",
+	return fmt.Sprintf("%s: CPU time of the whole machine %.1f s (%.0f ms per pod: user %.0f, system %.0f), of the daemons %.1f s%s (%.0f ms per pod), of the rest %.1f s%s\n",
 		what, s.machine.Seconds(), perPod(s.machine), perPod(s.snap.user), perPod(s.snap.system),
-		s.daemons.Seconds(), part, perPod(s.daemons), (s.machine - s.daemons).Seconds(), tree, handedBack(s.snap.reported))
-}
-
-// handedBack describes a growth of reported_kib (machineSnap.reported).
-func handedBack(bytes int64) string {
-	if bytes < 0 {
-		return "not reported by this kernel"
-	}
-	return fmt.Sprintf("%.0f MiB", float64(bytes)/(1<<20))
+		s.daemons.Seconds(), part, perPod(s.daemons), (s.machine - s.daemons).Seconds(), tree)
 }

@@ -299,24 +299,24 @@ func reportPulls(b *testing.B, cases []pullCase, sides []*costSide, res map[stri
 			{"disk after the pull", func(p pullSample) time.Duration { return time.Duration(p.disk) }, func(d time.Duration) string { return fmt.Sprintf("%.0f MiB", mib(int64(d))) }},
 			{"daemons' CPU", func(p pullSample) time.Duration { return p.daemonCPU }, func(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }},
 		} {
-			// All pulls, then split by whose pull came before: on this machine a
-			// pull after the other side's costs up to twice the system CPU of one
-			// after its own (docs/benchmarks.md, "Fresh memory on this machine").
+			// All pulls, then split by whose pull came before: where the filesystem
+			// makes files slower after many deletes, a pull after the other side's
+			// costs more than one after its own (docs/benchmarks.md, "The
+			// journal-less root filesystem").
 			for _, after := range []string{"all", "own", "other"} {
 				if after != "all" && m.name == "disk after the pull" {
 					continue
 				}
-				var sv, cv []time.Duration
-				for _, p := range res[c.name][sh] {
-					if after == "all" || p.after == after {
-						sv = append(sv, m.v(p))
+				values := func(side *costSide) []time.Duration {
+					var vs []time.Duration
+					for _, p := range res[c.name][side] {
+						if after == "all" || p.after == after {
+							vs = append(vs, m.v(p))
+						}
 					}
+					return vs
 				}
-				for _, p := range res[c.name][cd] {
-					if after == "all" || p.after == after {
-						cv = append(cv, m.v(p))
-					}
-				}
+				sv, cv := values(sh), values(cd)
 				if len(sv) == 0 || len(cv) == 0 {
 					continue
 				}

@@ -68,6 +68,7 @@ type mount struct {
 	Point  string
 	FSType string
 	Source string
+	Dev    string // major:minor of the filesystem's device
 }
 
 func (m mount) String() string { return m.Point + " (" + m.FSType + " " + m.Source + ")" }
@@ -81,6 +82,7 @@ func mountsUnder(dir string) ([]mount, error) {
 	}
 	defer f.Close()
 	dir = filepath.Clean(dir)
+	prefix := strings.TrimSuffix(dir, "/") + "/" // "/" holds every mount
 	var out []mount
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -89,7 +91,7 @@ func mountsUnder(dir string) ([]mount, error) {
 		if !ok {
 			continue
 		}
-		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+		if m.Point == dir || strings.HasPrefix(m.Point, prefix) {
 			out = append(out, m)
 		}
 	}
@@ -112,7 +114,7 @@ func parseMountinfo(line string) (mount, bool) {
 	if len(f) < 7 {
 		return mount{}, false
 	}
-	m := mount{Point: unescapeMountinfo(f[4])}
+	m := mount{Point: unescapeMountinfo(f[4]), Dev: f[2]}
 	for i := 6; i < len(f); i++ {
 		if f[i] == "-" {
 			if i+2 < len(f) {

@@ -87,7 +87,7 @@ func TestNATRuleParsing(t *testing.T) {
 func TestParseMountinfo(t *testing.T) {
 	m, ok := parseMountinfo(`36 35 98:0 /mnt1 /tmp/a\040b rw,noatime master:1 - nsfs nsfs rw`)
 	require.True(t, ok)
-	require.Equal(t, mount{Point: "/tmp/a b", FSType: "nsfs", Source: "nsfs"}, m)
+	require.Equal(t, mount{Point: "/tmp/a b", FSType: "nsfs", Source: "nsfs", Dev: "98:0"}, m)
 }
 
 func TestDedupeRoots(t *testing.T) {

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestFSEnv chooses the filesystem of the tests' base directories (NewBaseDir):
@@ -86,14 +83,11 @@ func mountTestFS(t testing.TB, dir string) {
 // JournallessExt4 tells whether dir lies on an ext4 without a journal (no
 // /proc/fs/jbd2 entry for its device), where file churn costs what TestFSEnv says.
 func JournallessExt4(dir string) (bool, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
+	m, err := mountHolding(dir)
+	if err != nil || m.FSType != "ext4" {
 		return false, err
 	}
-	if st.Type != unix.EXT4_SUPER_MAGIC {
-		return false, nil
-	}
-	dev, err := mountDevice(dir)
+	link, err := os.Readlink("/sys/dev/block/" + m.Dev)
 	if err != nil {
 		return false, err
 	}
@@ -103,47 +97,32 @@ func JournallessExt4(dir string) (bool, error) {
 	}
 	for _, e := range ents {
 		// jbd2 names a journal "<device>-<journal inode>", e.g. vda-8.
-		if strings.HasPrefix(e.Name(), dev+"-") {
+		if strings.HasPrefix(e.Name(), filepath.Base(link)+"-") {
 			return false, nil
 		}
 	}
 	return true, nil
 }
 
-// mountDevice is the kernel's name of the block device that holds dir's
-// filesystem ("vda"), from the longest mount point above it.
-func mountDevice(dir string) (string, error) {
+// mountHolding is the mount whose filesystem holds dir: the last one listed at
+// the longest mount point at or above it.
+func mountHolding(dir string) (mount, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return "", err
+		return mount{}, err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountsUnder("/")
 	if err != nil {
-		return "", err
+		return mount{}, err
 	}
-	defer f.Close()
-	best, majmin := "", ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		point := fields[4]
-		if (point == "/" || dir == point || strings.HasPrefix(dir, point+"/")) && len(point) >= len(best) {
-			best, majmin = point, fields[2]
+	var best mount
+	for _, m := range all {
+		if (dir == m.Point || strings.HasPrefix(dir, strings.TrimSuffix(m.Point, "/")+"/")) && len(m.Point) >= len(best.Point) {
+			best = m
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return "", err
+	if best.Point == "" {
+		return mount{}, fmt.Errorf("no mount holds %s", dir)
 	}
-	if majmin == "" {
-		return "", fmt.Errorf("no mount holds %s", dir)
-	}
-	link, err := os.Readlink("/sys/dev/block/" + majmin)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Base(link), nil
+	return best, nil
 }
