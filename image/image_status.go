@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
@@ -43,8 +44,9 @@ func (s *Service) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRe
 }
 
 // unpackedFor tells whether img's layers are unpacked in snapshotter. A chain found
-// once is remembered until the image records change (listCache.unpacked): asking the
-// snapshotter is a call to containerd, slow while it is busy starting pods.
+// is remembered for a while (listCache.unpacked): asking the snapshotter is a call
+// to containerd, slow while it is busy starting pods, and concurrent callers share
+// one such call.
 func (s *Service) unpackedFor(ctx context.Context, img *Image, snapshotter string) (bool, error) {
 	diffIDs := img.Config.RootFS.DiffIDs
 	if len(diffIDs) == 0 {
@@ -55,7 +57,20 @@ func (s *Service) unpackedFor(ctx context.Context, img *Image, snapshotter strin
 		return true, nil
 	}
 	gen := s.list.generation()
-	_, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, identity.ChainID(diffIDs).String())
+	chain := identity.ChainID(diffIDs).String()
+	ch := s.stats.DoChan(snapshotter+" "+chain+" "+strconv.FormatUint(gen, 10), func() (any, error) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
+		defer cancel()
+		_, err := s.opts.Client.SnapshotService(snapshotter).Stat(sctx, chain)
+		return nil, err
+	})
+	var err error
+	select {
+	case res := <-ch:
+		err = res.Err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 	if err == nil {
 		s.list.sawUnpacked(key, gen)
 		return true, nil

@@ -50,6 +50,8 @@ type Service struct {
 	opts     Options
 	platform platforms.MatchComparer
 	pulls    singleflight.Group
+	listing  singleflight.Group // List's shared listings, by generation
+	stats    singleflight.Group // unpackedFor's shared snapshot lookups
 
 	// meta caches what shimd derives from an image's content, by manifest digest; it
 	// never changes for a digest.

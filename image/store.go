@@ -95,7 +95,8 @@ func readBlob(ctx context.Context, s *Service, desc ocispec.Descriptor) ([]byte,
 // Changes are seen through containerd's image events (ImagesChanged, while the event
 // stream is up: EventsLive) and through shimd's own pulls and removals, at once; a
 // change missed anyway (made while the stream was being set up again) is seen after
-// listCacheTTL at the latest.
+// listCacheTTL at the latest. Callers that find the answer stale share one listing
+// (Service.listing): a burst of pods asks for image status a hundred times at once.
 type listCache struct {
 	mu     sync.Mutex
 	gen    uint64 // counts the changes seen
@@ -104,19 +105,26 @@ type listCache struct {
 	at     uint64 // gen when images was listed; valid only if it is still gen
 	ok     bool
 	until  time.Time
-	// unpacked holds "id snapshotter" of the listed images found unpacked there
-	// (ImageStatus asks before every container the kubelet creates); it goes with
-	// images. A layer chain goes only when no image record holds it any more, which
-	// is a change of the records.
-	unpacked map[string]bool
+	// unpacked holds when "id snapshotter" was found unpacked there (ImageStatus
+	// asks before every container the kubelet creates), for the records of
+	// generation unpackedGen; a finding counts for listCacheTTL. A layer chain goes
+	// only when no image record holds it any more, which is a change of the records;
+	// the TTL bounds how long a snapshot removed behind containerd's image records
+	// is still reported unpacked. A listing again does not forget the findings.
+	unpacked    map[string]time.Time
+	unpackedGen uint64
 }
 
-// knownUnpacked tells whether the image was found unpacked in snapshotter since the
-// records last changed.
+// knownUnpacked tells whether the image was found unpacked in snapshotter within
+// listCacheTTL and since the records last changed.
 func (c *listCache) knownUnpacked(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.live && c.ok && c.at == c.gen && time.Now().Before(c.until) && c.unpacked[key]
+	if !c.live || !c.ok || c.at != c.gen || c.unpackedGen != c.gen {
+		return false
+	}
+	at, ok := c.unpacked[key]
+	return ok && time.Since(at) < listCacheTTL
 }
 
 // sawUnpacked records that the image was found unpacked, if the records have not
@@ -124,9 +132,13 @@ func (c *listCache) knownUnpacked(key string) bool {
 func (c *listCache) sawUnpacked(key string, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.ok && c.at == gen && c.gen == gen {
-		c.unpacked[key] = true
+	if c.gen != gen {
+		return
 	}
+	if c.unpacked == nil || c.unpackedGen != gen {
+		c.unpacked, c.unpackedGen = map[string]time.Time{}, gen
+	}
+	c.unpacked[key] = time.Now()
 }
 
 // generation is the count of the changes seen so far.
@@ -137,6 +149,10 @@ func (c *listCache) generation() uint64 {
 }
 
 const listCacheTTL = 30 * time.Second
+
+// listTimeout bounds a listing that callers share, as no one caller's deadline
+// may end it for the others.
+const listTimeout = time.Minute
 
 // ImagesChanged tells the service that containerd's image records changed.
 func (s *Service) ImagesChanged() {
@@ -165,19 +181,37 @@ func (s *Service) List(ctx context.Context) ([]*Image, error) {
 		c.mu.Unlock()
 		return images, nil
 	}
-	gen := c.gen
+	gen, live := c.gen, c.live
 	c.mu.Unlock()
-	out, err := s.listRecords(ctx)
-	if err != nil {
-		return nil, err
+	if !live {
+		// No events: every caller reads the records itself, after its own call.
+		return s.listRecords(ctx)
 	}
-	c.mu.Lock()
-	if c.live && c.gen == gen {
-		c.images, c.at, c.ok, c.until = out, gen, true, time.Now().Add(listCacheTTL)
-		c.unpacked = map[string]bool{}
+	// Callers of one generation share a listing begun after that generation's
+	// change, so it sees the change.
+	ch := s.listing.DoChan(strconv.FormatUint(gen, 10), func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
+		defer cancel()
+		out, err := s.listRecords(lctx)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.live && c.gen == gen {
+			c.images, c.at, c.ok, c.until = out, gen, true, time.Now().Add(listCacheTTL)
+		}
+		c.mu.Unlock()
+		return out, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.([]*Image), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	c.mu.Unlock()
-	return out, nil
 }
 
 func (s *Service) listRecords(ctx context.Context) ([]*Image, error) {

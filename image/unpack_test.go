@@ -162,7 +162,7 @@ func TestDownloadApply(t *testing.T) {
 
 func TestListCacheRemembersUnpackedUntilRecordsChange(t *testing.T) {
 	c := &listCache{live: true}
-	c.images, c.at, c.ok, c.until, c.unpacked = nil, 0, true, time.Now().Add(time.Minute), map[string]bool{}
+	c.images, c.at, c.ok, c.until = nil, 0, true, time.Now().Add(time.Minute)
 	if c.knownUnpacked("a overlayfs") {
 		t.Fatal("known before it was seen")
 	}
@@ -170,6 +170,17 @@ func TestListCacheRemembersUnpackedUntilRecordsChange(t *testing.T) {
 	if !c.knownUnpacked("a overlayfs") || c.knownUnpacked("a native") {
 		t.Fatal("not remembered per image and snapshotter")
 	}
+	// The list read again for the same records (its TTL ran out) keeps it.
+	c.until = time.Now().Add(time.Minute)
+	if !c.knownUnpacked("a overlayfs") {
+		t.Fatal("forgotten when the same records were listed again")
+	}
+	// A finding older than the TTL is asked again.
+	c.unpacked["a overlayfs"] = time.Now().Add(-listCacheTTL)
+	if c.knownUnpacked("a overlayfs") {
+		t.Fatal("a finding older than listCacheTTL still counts")
+	}
+	c.sawUnpacked("a overlayfs", c.generation())
 	gen := c.generation()
 	c.gen++ // ImagesChanged
 	if c.knownUnpacked("a overlayfs") {
@@ -177,8 +188,15 @@ func TestListCacheRemembersUnpackedUntilRecordsChange(t *testing.T) {
 	}
 	c.sawUnpacked("b overlayfs", gen) // a Stat begun before the change
 	c.at = c.gen                      // the list is read again
-	c.unpacked = map[string]bool{}
-	if c.knownUnpacked("b overlayfs") {
+	if c.knownUnpacked("b overlayfs") || c.knownUnpacked("a overlayfs") {
 		t.Fatal("a result from before the change was kept")
+	}
+	c.sawUnpacked("b overlayfs", c.gen)
+	if !c.knownUnpacked("b overlayfs") || c.knownUnpacked("a overlayfs") {
+		t.Fatal("a finding of the new records is not kept alone")
+	}
+	c.live = false
+	if c.knownUnpacked("b overlayfs") {
+		t.Fatal("known while containerd's events do not reach shimd")
 	}
 }

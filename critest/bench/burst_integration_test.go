@@ -34,9 +34,9 @@ func envInt(name string, def int) int {
 // pods, waits until all run, then tears them all down at once; BENCH_BURST_ROUNDS
 // (default 1) rounds per size and runtime, after one warm-up burst of the first size,
 // shimd and containerd's CRI alternating on the same containerd, each going first in
-// every other round. Per pod: Run + Create
-// + Start, and Stop + Remove; per burst: the wall time until the last pod ran / was
-// removed.
+// every other round. Per pod: Run, the kubelet's PodSandboxStatus and ImageStatus,
+// Create and Start, and Stop + Remove; per burst: the wall time until the last pod
+// ran / was removed.
 func BenchmarkBurst(b *testing.B) {
 	tree := cpuTreeFromEnv(b) // before the daemons start, so that they count in it
 	p := newPair(b)
@@ -103,7 +103,7 @@ func BenchmarkBurst(b *testing.B) {
 			}
 		}
 		report(b, fmt.Sprintf("burst: %d one-container pods started at once, then removed at once; %d rounds per runtime, alternating, each first in turn", n, burstRounds),
-			[]string{"burst start (wall)", "pod start (per pod)", "burst teardown (wall)", "pod teardown (per pod)"}, p.shimd, p.cd)
+			[]string{"burst start (wall)", "pod start (per pod)", "sandbox status (per call)", "image status (per call)", "burst teardown (wall)", "pod teardown (per pod)"}, p.shimd, p.cd)
 	}
 }
 
@@ -112,7 +112,7 @@ func (tg *target) burst(b *testing.B, round, n int) []string {
 	b.Helper()
 	ids := make([]string, n)
 	tg.concurrently(b, round, n, "burst start (wall)", "pod start (per pod)", func(i int) (err error) {
-		ids[i], err = tg.startPod(fmt.Sprintf("burst-%s-%d-%d", tg.name, round+1, i))
+		ids[i], err = tg.startPod(fmt.Sprintf("burst-%s-%d-%d", tg.name, round+1, i), round >= 0)
 		return err
 	})
 	return ids
@@ -169,8 +169,12 @@ func (tg *target) concurrently(b *testing.B, round, n int, wallOp, perOp string,
 	}
 }
 
-// startPod runs a pod with one busybox container as BenchmarkPodStart does.
-func (tg *target) startPod(name string) (string, error) {
+// startPod runs a pod with one busybox container as BenchmarkPodStart does, with
+// the status calls the kubelet makes between: PodSandboxStatus after
+// RunPodSandbox (for the pod's IP) and ImageStatus before CreateContainer (its
+// image puller's check). With timed, their latencies are recorded as
+// "sandbox status (per call)" and "image status (per call)".
+func (tg *target) startPod(name string, timed bool) (string, error) {
 	pod, cfg := podStartConfigs(name)
 	if tg.cgroupRoot != "" {
 		pod.Linux.CgroupParent = "/" + tg.cgroupRoot + "/pod" + pod.Metadata.Uid
@@ -188,6 +192,22 @@ func (tg *target) startPod(name string) (string, error) {
 	resp, err := tg.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pod})
 	if err != nil {
 		return "", fmt.Errorf("RunPodSandbox: %w", err)
+	}
+	t0 := time.Now()
+	if _, err := tg.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: resp.PodSandboxId}); err != nil {
+		return resp.PodSandboxId, fmt.Errorf("PodSandboxStatus: %w", err)
+	}
+	t1 := time.Now()
+	st, err := tg.is.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: cfg.Image})
+	if err != nil {
+		return resp.PodSandboxId, fmt.Errorf("ImageStatus: %w", err)
+	}
+	if st.GetImage() == nil {
+		return resp.PodSandboxId, fmt.Errorf("ImageStatus: %s is not there", cfg.Image.Image)
+	}
+	if timed {
+		tg.record("sandbox status (per call)", t1.Sub(t0))
+		tg.record("image status (per call)", time.Since(t1))
 	}
 	c, err := tg.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: resp.PodSandboxId, Config: cfg, SandboxConfig: pod})
 	if err != nil {

@@ -269,7 +269,7 @@ func (s *costSide) startPods(b *testing.B, first, n int) []string {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			ids[i], errs[i] = s.startPod(fmt.Sprintf("cost-%s-%d", s.name, first+i))
+			ids[i], errs[i] = s.startPod(fmt.Sprintf("cost-%s-%d", s.name, first+i), false)
 		}()
 	}
 	wg.Wait()

@@ -239,3 +239,60 @@ func TestImageChangesByOtherClientsAreSeen(t *testing.T) {
 	removeImage(t, is, "busybox")
 	require.Nil(t, imageStatus(t, is, id))
 }
+
+// When the image records change, the calls that find shimd's listing stale share
+// one listing, and one snapshot lookup per image, however many come at once: a
+// burst of pods asks ImageStatus (and CreateContainer resolves the image) a hundred
+// times at once, and each listing is a call to containerd that waits behind the
+// pods' own calls. Another client's tag is the change; its event reaches shimd
+// within milliseconds, and a round where it had not yet (no listing at all) is
+// tried again with a new tag.
+func TestStaleImageListingIsShared(t *testing.T) {
+	env, sock := debugEnv(t)
+	is := env.Shimd.Images(t)
+	debug := debugClient(sock)
+	require.NotNil(t, imageStatus(t, is, busyboxImage))
+
+	ctx := namespaces.WithNamespace(ctxT(t, 30*time.Second), env.Shimd.Namespace())
+	store := env.Containerd.Client(t).ImageService()
+	busybox, err := store.Get(ctx, busyboxImage)
+	require.NoError(t, err)
+	const callers = 50
+	const list, stat = "/containerd.services.images.v1.Images/List", "/containerd.services.snapshots.v1.Snapshots/Stat"
+	shared := false
+	for round := 0; round < 5 && !shared; round++ {
+		rec := busybox
+		rec.Name = fmt.Sprintf("docker.io/library/busybox:shared-%d", round)
+		_, err := store.Create(ctx, rec)
+		require.NoError(t, err)
+		time.Sleep(200 * time.Millisecond) // for the event
+		before := containerdCalls(t, debug)
+		var wg sync.WaitGroup
+		errs := make([]error, callers)
+		for i := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := is.ImageStatus(ctxT(t, 30*time.Second), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: busyboxImage}})
+				if err == nil && resp.GetImage() == nil {
+					err = fmt.Errorf("no image")
+				}
+				errs[i] = err
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "caller %d", i)
+		}
+		after := containerdCalls(t, debug)
+		calls, _ := callDiff(before, after)
+		t.Logf("round %d: %d concurrent ImageStatus calls after a tag by another client made: %s", round, callers, calls)
+		lists, stats := after[list]-before[list], after[stat]-before[stat]
+		require.LessOrEqual(t, lists, uint64(1), "listings of the image records")
+		require.LessOrEqual(t, stats, uint64(1), "snapshot lookups")
+		shared = lists == 1
+	}
+	require.True(t, shared, "in 5 rounds the tag's event never reached shimd before the calls")
+	// And the change itself was seen.
+	require.NotNil(t, imageStatus(t, is, "docker.io/library/busybox:shared-0"))
+}
