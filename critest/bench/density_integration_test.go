@@ -25,6 +25,8 @@ type densityResult struct {
 	startAll, deleteAll time.Duration
 	// The kubelet's own histograms at the end of the steady window.
 	metrics map[string]histogram
+	// Each pod's start SLI in its three parts, from the kubelet's log (sliPhases).
+	phases map[string][]time.Duration
 	// Over the steady window: CPU in ms per s, memory at its end.
 	kubeletCPU, runtimeCPU, shimCPU float64
 	kubeletRSS, runtimeRSS, shimRSS int64
@@ -102,6 +104,10 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 	})
 	r.startAll = time.Since(t0)
 	time.Sleep(10 * time.Second) // the last pods' first probes and stats
+	klog, err := os.ReadFile(c.Kubelet.LogPath)
+	require.NoError(b, err)
+	r.phases, err = sliPhases(string(klog))
+	require.NoError(b, err, "the kubelet's log")
 
 	kpid := c.Kubelet.PID()
 	usage := func() (daemonUsage, daemonUsage, map[int]daemonUsage) {
@@ -204,6 +210,12 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 		op := strings.TrimSuffix(strings.TrimPrefix(key, "kubelet_runtime_operations_duration_seconds{operation_type="), "}")
 		for _, q := range []float64{0.5, 0.99} {
 			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("runtime op %s p%.0f", op, q*100), hs.cell(q), hc.cell(q), hs.quantile(q)/hc.quantile(q))
+		}
+	}
+	for _, name := range sliPhaseNames {
+		s, c := rs.phases[name], rc.phases[name]
+		for _, p := range []float64{50, 99} {
+			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("SLI part: %s p%.0f", name, p), pctCell(s, p), pctCell(c, p), ms(percentile(s, p))/ms(percentile(c, p)))
 		}
 	}
 	row(fmt.Sprintf("all %d replicas ready, from apply", n), rs.startAll.Seconds(), rc.startAll.Seconds(), "s")

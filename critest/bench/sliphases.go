@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// sliPhases splits each pod's start SLI (kubelet_pod_start_sli_duration_seconds,
+// from the pod's creation in the API to the kubelet seeing it running on its watch)
+// into three parts, from a kubelet's log at --v=2:
+//
+//   - "created → at the kubelet": podCreationTimestamp (whole seconds, so up to 1 s
+//     too long) to the kubelet's "SyncLoop ADD" of the pod: the controllers, the
+//     scheduler and the API server;
+//   - "at the kubelet → running": to observedRunningTime, when the kubelet's status
+//     manager first had every container started: the kubelet's sync of the pod and
+//     the runtime's calls (RunPodSandbox, CreateContainer, StartContainer);
+//   - "running → seen on the watch": to watchObservedRunningTime, when that status,
+//     written to the API server, came back on the kubelet's watch.
+//
+// The three add up to the SLI of a pod that pulled nothing. Pods without both lines
+// (not started, or added before the log began) are left out.
+func sliPhases(log string) (map[string][]time.Duration, error) {
+	added := map[string][2]string{} // a pod's first ADD: klog's MMDD and time of day
+	type observed struct{ created, running, watched time.Time }
+	var seen []struct {
+		pod string
+		observed
+	}
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.Contains(line, `"SyncLoop ADD"`) && strings.Contains(line, `source="api"`):
+			m := syncAddRE.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			for _, p := range strings.Split(m[3], ",") {
+				p = strings.Trim(strings.TrimSpace(p), `"`)
+				if _, dup := added[p]; p != "" && !dup {
+					added[p] = [2]string{m[1], m[2]}
+				}
+			}
+		case strings.Contains(line, `"Observed pod startup duration"`):
+			pod, ok := field(line, "pod")
+			if !ok {
+				continue
+			}
+			var o observed
+			for _, f := range []struct {
+				name string
+				to   *time.Time
+			}{{"podCreationTimestamp", &o.created}, {"observedRunningTime", &o.running}, {"watchObservedRunningTime", &o.watched}} {
+				v, ok := field(line, f.name)
+				if !ok {
+					return nil, fmt.Errorf("no %s in %q", f.name, line)
+				}
+				t, err := goTime(v)
+				if err != nil {
+					return nil, fmt.Errorf("%s in %q: %w", f.name, line, err)
+				}
+				*f.to = t
+			}
+			seen = append(seen, struct {
+				pod string
+				observed
+			}{pod, o})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := map[string][]time.Duration{}
+	for _, s := range seen {
+		hdr, ok := added[s.pod]
+		if !ok {
+			continue
+		}
+		at, err := klogTime(s.running, hdr[0], hdr[1])
+		if err != nil {
+			return nil, fmt.Errorf("SyncLoop ADD of %s: %w", s.pod, err)
+		}
+		out[phaseControlPlane] = append(out[phaseControlPlane], at.Sub(s.created))
+		out[phaseNode] = append(out[phaseNode], s.running.Sub(at))
+		out[phaseStatus] = append(out[phaseStatus], s.watched.Sub(s.running))
+	}
+	return out, nil
+}
+
+const (
+	phaseControlPlane = "created → at the kubelet"
+	phaseNode         = "at the kubelet → running"
+	phaseStatus       = "running → seen on the watch"
+)
+
+var sliPhaseNames = []string{phaseControlPlane, phaseNode, phaseStatus}
+
+// syncAddRE: a klog header's date and time, and the pods of a "SyncLoop ADD".
+var syncAddRE = regexp.MustCompile(`^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+)\s.*"SyncLoop ADD".*pods=\[([^\]]*)\]`)
+
+// klogTime reads a klog header's MMDD and time of day, in the year and zone of near,
+// a time the kubelet wrote in the same minutes (klog writes its local time).
+func klogTime(near time.Time, mmdd, clock string) (time.Time, error) {
+	t, err := time.ParseInLocation("2006 0102 15:04:05.999999", fmt.Sprintf("%d %s %s", near.Year(), mmdd, clock), near.Location())
+	if err == nil && t.Sub(near) > 180*24*time.Hour { // near is in January, the ADD in December
+		t = t.AddDate(-1, 0, 0)
+	}
+	return t, err
+}
+
+// goTime reads a time.Time as its String method writes it, without the monotonic
+// reading ("2026-11-29 15:30:25.385013208 +0000 UTC m=+14.34").
+func goTime(s string) (time.Time, error) {
+	s, _, _ = strings.Cut(s, " m=")
+	return time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", s)
+}
+
+// field returns the quoted value of key="..." in a klog structured line.
+func field(line, key string) (string, bool) {
+	i := strings.Index(line, " "+key+`="`)
+	if i < 0 {
+		return "", false
+	}
+	rest := line[i+len(key)+3:]
+	j := strings.IndexByte(rest, '"')
+	if j < 0 {
+		return "", false
+	}
+	return rest[:j], true
+}

@@ -1,0 +1,47 @@
+package bench
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSLIPhases(t *testing.T) {
+	log := `I1129 15:30:11.467454    6889 kubelet.go:2760] "SyncLoop ADD" source="file" pods=[]
+I1129 15:30:17.056154    6889 kubelet.go:2760] "SyncLoop ADD" source="api" pods=["default/a"]
+I1129 15:30:17.500000    6889 kubelet.go:2760] "SyncLoop ADD" source="api" pods=["default/b","default/c"]
+I1129 15:30:18.000000    6889 kubelet.go:2760] "SyncLoop ADD" source="api" pods=["default/a"]
+I1129 15:30:25.409947    6889 pod_startup_latency_tracker.go:144] "Observed pod startup duration" pod="default/a" podStartSLOduration=8.409928509 podStartE2EDuration="8.409928509s" totalImagesPullingTime="0s" totalInitContainerRuntime="0s" isStatefulPod=false podCreationTimestamp="2026-11-29 15:30:17 +0000 UTC" imagePullSessionsCount=0 imagePullSessionsStartsCount=0 observedRunningTime="2026-11-29 15:30:25.385013208 +0000 UTC m=+14.341431999" watchObservedRunningTime="2026-11-29 15:30:25.409928509 +0000 UTC m=+14.366347300"
+I1129 15:30:26.000000    6889 pod_startup_latency_tracker.go:144] "Observed pod startup duration" pod="default/c" podStartSLOduration=9 podStartE2EDuration="9s" totalImagesPullingTime="0s" totalInitContainerRuntime="0s" isStatefulPod=false podCreationTimestamp="2026-11-29 15:30:17 +0000 UTC" imagePullSessionsCount=0 imagePullSessionsStartsCount=0 observedRunningTime="2026-11-29 15:30:25.5 +0000 UTC m=+14.5" watchObservedRunningTime="2026-11-29 15:30:26 +0000 UTC m=+15"
+I1129 15:30:27.000000    6889 pod_startup_latency_tracker.go:144] "Observed pod startup duration" pod="default/z" podStartSLOduration=9 podStartE2EDuration="9s" totalImagesPullingTime="0s" totalInitContainerRuntime="0s" isStatefulPod=false podCreationTimestamp="2026-11-29 15:30:17 +0000 UTC" imagePullSessionsCount=0 imagePullSessionsStartsCount=0 observedRunningTime="2026-11-29 15:30:25.5 +0000 UTC m=+14.5" watchObservedRunningTime="2026-11-29 15:30:26 +0000 UTC m=+15"
+`
+	got, err := sliPhases(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	want := map[string][]time.Duration{
+		// a: created 17.000, first ADD 17.056154 (the second is a resync), running
+		// 25.385013208, watched 25.409928509; c: ADD 17.5, running 25.5, watched 26;
+		// z was never added (the log began later); b never ran.
+		phaseControlPlane: {ms(56.154), ms(500)},
+		phaseNode:         {ms(8328.859208), ms(8000)},
+		phaseStatus:       {ms(24.915301), ms(500)},
+	}
+	for _, name := range sliPhaseNames {
+		if len(got[name]) != len(want[name]) {
+			t.Fatalf("%s: %v, want %v", name, got[name], want[name])
+		}
+		for i := range want[name] {
+			if d := got[name][i] - want[name][i]; d < -time.Microsecond || d > time.Microsecond {
+				t.Errorf("%s[%d] = %v, want %v", name, i, got[name][i], want[name][i])
+			}
+		}
+	}
+	// The three add up to the pod's SLI.
+	if sum := got[phaseControlPlane][0] + got[phaseNode][0] + got[phaseStatus][0]; sum != 8409928509*time.Nanosecond {
+		t.Errorf("a's phases add up to %v, its SLI is 8.409928509s", sum)
+	}
+	if _, err := sliPhases(`I1129 15:30:25.4 1 x.go:1] "Observed pod startup duration" pod="default/a" podCreationTimestamp="yesterday"`); err == nil {
+		t.Error("a time that does not parse was taken")
+	}
+}
