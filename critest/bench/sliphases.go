@@ -10,21 +10,26 @@ import (
 
 // sliPhases splits each pod's start SLI (kubelet_pod_start_sli_duration_seconds,
 // from the pod's creation in the API to the kubelet seeing it running on its watch)
-// into three parts, from a kubelet's log at --v=2:
+// into four parts, from a kubelet's log at --v=2:
 //
 //   - "created → at the kubelet": podCreationTimestamp (whole seconds, so up to 1 s
 //     too long) to the kubelet's "SyncLoop ADD" of the pod: the controllers, the
 //     scheduler and the API server;
-//   - "at the kubelet → running": to observedRunningTime, when the kubelet's status
-//     manager first had every container started: the kubelet's sync of the pod and
-//     the runtime's calls (RunPodSandbox, CreateContainer, StartContainer);
-//   - "running → seen on the watch": to watchObservedRunningTime, when that status,
-//     written to the API server, came back on the kubelet's watch.
+//   - "at the kubelet → started": to the PLEG's last ContainerStarted event of the
+//     pod before the status below: the kubelet's sync of the pod (volumes, the
+//     runtime's RunPodSandbox, CreateContainer and StartContainer) and the PLEG's
+//     relist that saw the container run, the only part the runtime is in;
+//   - "started → status written": to observedRunningTime, when the kubelet's status
+//     manager had written a status with every container started to the API server
+//     (it writes one pod's status at a time, a GET and a PATCH each);
+//   - "written → seen on the watch": to watchObservedRunningTime, when that status
+//     came back on the kubelet's watch.
 //
-// The three add up to the SLI of a pod that pulled nothing. Pods without both lines
-// (not started, or added before the log began) are left out.
+// The four add up to the SLI of a pod that pulled nothing. Pods without the three
+// lines (not started, or added before the log began) are left out.
 func sliPhases(log string) (map[string][]time.Duration, error) {
-	added := map[string][2]string{} // a pod's first ADD: klog's MMDD and time of day
+	added := map[string][2]string{}     // a pod's first ADD: klog's MMDD and time of day
+	started := map[string][][2]string{} // its PLEG ContainerStarted events
 	type observed struct{ created, running, watched time.Time }
 	var seen []struct {
 		pod string
@@ -46,6 +51,13 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 					added[p] = [2]string{m[1], m[2]}
 				}
 			}
+		case strings.Contains(line, `"SyncLoop (PLEG): event for pod"`) && strings.Contains(line, `"Type":"ContainerStarted"`):
+			m := klogHeaderRE.FindStringSubmatch(line)
+			pod, ok := field(line, "pod")
+			if m == nil || !ok {
+				continue
+			}
+			started[pod] = append(started[pod], [2]string{m[1], m[2]})
 		case strings.Contains(line, `"Observed pod startup duration"`):
 			pod, ok := field(line, "pod")
 			if !ok {
@@ -85,8 +97,22 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("SyncLoop ADD of %s: %w", s.pod, err)
 		}
+		var last time.Time
+		for _, h := range started[s.pod] {
+			t, err := klogTime(s.running, h[0], h[1])
+			if err != nil {
+				return nil, fmt.Errorf("PLEG event of %s: %w", s.pod, err)
+			}
+			if !t.After(s.running) && t.After(last) {
+				last = t
+			}
+		}
+		if last.IsZero() {
+			continue
+		}
 		out[phaseControlPlane] = append(out[phaseControlPlane], at.Sub(s.created))
-		out[phaseNode] = append(out[phaseNode], s.running.Sub(at))
+		out[phaseNode] = append(out[phaseNode], last.Sub(at))
+		out[phaseStatusWrite] = append(out[phaseStatusWrite], s.running.Sub(last))
 		out[phaseStatus] = append(out[phaseStatus], s.watched.Sub(s.running))
 	}
 	return out, nil
@@ -94,14 +120,19 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 
 const (
 	phaseControlPlane = "created → at the kubelet"
-	phaseNode         = "at the kubelet → running"
-	phaseStatus       = "running → seen on the watch"
+	phaseNode         = "at the kubelet → started"
+	phaseStatusWrite  = "started → status written"
+	phaseStatus       = "written → seen on the watch"
 )
 
-var sliPhaseNames = []string{phaseControlPlane, phaseNode, phaseStatus}
+var sliPhaseNames = []string{phaseControlPlane, phaseNode, phaseStatusWrite, phaseStatus}
 
-// syncAddRE: a klog header's date and time, and the pods of a "SyncLoop ADD".
-var syncAddRE = regexp.MustCompile(`^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+)\s.*"SyncLoop ADD".*pods=\[([^\]]*)\]`)
+var (
+	// syncAddRE: a klog header's date and time, and the pods of a "SyncLoop ADD".
+	syncAddRE = regexp.MustCompile(`^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+)\s.*"SyncLoop ADD".*pods=\[([^\]]*)\]`)
+	// klogHeaderRE: a klog header's date and time.
+	klogHeaderRE = regexp.MustCompile(`^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+)\s`)
+)
 
 // klogTime reads a klog header's MMDD and time of day, in the year and zone of near,
 // a time the kubelet wrote in the same minutes (klog writes its local time).
