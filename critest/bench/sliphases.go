@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -26,11 +27,17 @@ import (
 //     came back on the kubelet's watch.
 //
 // The four add up to the SLI of a pod that pulled nothing. Pods without the three
-// lines (not started, or added before the log began) are left out.
+// lines (not started, or added before the log began) are left out. phaseSLI holds
+// each pod's SLI as the kubelet logged it (podStartSLOduration, the value its
+// histogram counts): exact, where the histogram's buckets are 10 s wide between 10
+// and 20 s and 30 s.
 func sliPhases(log string) (map[string][]time.Duration, error) {
 	added := map[string][2]string{}     // a pod's first ADD: klog's MMDD and time of day
 	started := map[string][][2]string{} // its PLEG ContainerStarted events
-	type observed struct{ created, running, watched time.Time }
+	type observed struct {
+		created, running, watched time.Time
+		sli                       time.Duration
+	}
 	var seen []struct {
 		pod string
 		observed
@@ -78,6 +85,15 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 				}
 				*f.to = t
 			}
+			v, ok := unquotedField(line, "podStartSLOduration")
+			if !ok {
+				return nil, fmt.Errorf("no podStartSLOduration in %q", line)
+			}
+			secs, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, fmt.Errorf("podStartSLOduration in %q: %w", line, err)
+			}
+			o.sli = time.Duration(secs * float64(time.Second))
 			seen = append(seen, struct {
 				pod string
 				observed
@@ -110,6 +126,7 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 		if last.IsZero() {
 			continue
 		}
+		out[phaseSLI] = append(out[phaseSLI], s.sli)
 		out[phaseControlPlane] = append(out[phaseControlPlane], at.Sub(s.created))
 		out[phaseNode] = append(out[phaseNode], last.Sub(at))
 		out[phaseStatusWrite] = append(out[phaseStatusWrite], s.running.Sub(last))
@@ -119,13 +136,14 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 }
 
 const (
+	phaseSLI          = "the SLI, each pod's from the kubelet's log"
 	phaseControlPlane = "created → at the kubelet"
 	phaseNode         = "at the kubelet → started"
 	phaseStatusWrite  = "started → status written"
 	phaseStatus       = "written → seen on the watch"
 )
 
-var sliPhaseNames = []string{phaseControlPlane, phaseNode, phaseStatusWrite, phaseStatus}
+var sliPhaseNames = []string{phaseSLI, phaseControlPlane, phaseNode, phaseStatusWrite, phaseStatus}
 
 var (
 	// syncAddRE: a klog header's date and time, and the pods of a "SyncLoop ADD".
@@ -149,6 +167,20 @@ func klogTime(near time.Time, mmdd, clock string) (time.Time, error) {
 func goTime(s string) (time.Time, error) {
 	s, _, _ = strings.Cut(s, " m=")
 	return time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", s)
+}
+
+// unquotedField returns the value of key=... (up to the next space) in a klog
+// structured line.
+func unquotedField(line, key string) (string, bool) {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return "", false
+	}
+	rest := line[i+len(key)+2:]
+	if j := strings.IndexByte(rest, ' '); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest, rest != ""
 }
 
 // field returns the quoted value of key="..." in a klog structured line.

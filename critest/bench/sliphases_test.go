@@ -31,6 +31,7 @@ I1129 15:30:27.000000    6889 pod_startup_latency_tracker.go:144] "Observed pod 
 		// written 25.385013208, watched 25.409928509; c: ADD 17.5, started 22,
 		// written 25.5, watched 26; z was never added (the log began later); b
 		// never ran.
+		phaseSLI:          {ms(8409.928509), ms(9000)},
 		phaseControlPlane: {ms(56.154), ms(500)},
 		phaseNode:         {ms(3443.846), ms(4500)},
 		phaseStatusWrite:  {ms(4885.013208), ms(3500)},
