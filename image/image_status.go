@@ -58,19 +58,10 @@ func (s *Service) unpackedFor(ctx context.Context, img *Image, snapshotter strin
 	}
 	gen := s.list.generation()
 	chain := identity.ChainID(diffIDs).String()
-	ch := s.stats.DoChan(snapshotter+" "+chain+" "+strconv.FormatUint(gen, 10), func() (any, error) {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
-		defer cancel()
-		_, err := s.opts.Client.SnapshotService(snapshotter).Stat(sctx, chain)
+	_, err := shared(ctx, &s.stats, snapshotter+" "+chain+" "+strconv.FormatUint(gen, 10), func(ctx context.Context) (any, error) {
+		_, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, chain)
 		return nil, err
 	})
-	var err error
-	select {
-	case res := <-ch:
-		err = res.Err
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
 	if err == nil {
 		s.list.sawUnpacked(key, gen)
 		return true, nil

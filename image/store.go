@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/singleflight"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -150,9 +151,8 @@ func (c *listCache) generation() uint64 {
 
 const listCacheTTL = 30 * time.Second
 
-// listTimeout bounds a listing that callers share, as no one caller's deadline
-// may end it for the others.
-const listTimeout = time.Minute
+// sharedTimeout bounds a call to containerd that concurrent callers share.
+const sharedTimeout = time.Minute
 
 // ImagesChanged tells the service that containerd's image records changed.
 func (s *Service) ImagesChanged() {
@@ -189,10 +189,8 @@ func (s *Service) List(ctx context.Context) ([]*Image, error) {
 	}
 	// Callers of one generation share a listing begun after that generation's
 	// change, so it sees the change.
-	ch := s.listing.DoChan(strconv.FormatUint(gen, 10), func() (any, error) {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
-		defer cancel()
-		out, err := s.listRecords(lctx)
+	v, err := shared(ctx, &s.listing, strconv.FormatUint(gen, 10), func(ctx context.Context) (any, error) {
+		out, err := s.listRecords(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -203,12 +201,24 @@ func (s *Service) List(ctx context.Context) ([]*Image, error) {
 		c.mu.Unlock()
 		return out, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]*Image), nil
+}
+
+// shared runs fn once for the concurrent callers of key, each waiting until its own
+// ctx ends. fn gets a context of its own, bounded by sharedTimeout, as no one
+// caller's deadline may end it for the others.
+func shared(ctx context.Context, g *singleflight.Group, key string, fn func(context.Context) (any, error)) (any, error) {
+	ch := g.DoChan(key, func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTimeout)
+		defer cancel()
+		return fn(fctx)
+	})
 	select {
 	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		return res.Val.([]*Image), nil
+		return res.Val, res.Err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -25,7 +25,7 @@ type densityResult struct {
 	startAll, deleteAll time.Duration
 	// The kubelet's own histograms at the end of the steady window.
 	metrics map[string]histogram
-	// Each pod's start SLI in its three parts, from the kubelet's log (sliPhases).
+	// Each pod's start SLI and its four parts, from the kubelet's log (sliPhases).
 	phases map[string][]time.Duration
 	// Over the steady window: CPU in ms per s, memory at its end.
 	kubeletCPU, runtimeCPU, shimCPU float64

@@ -32,72 +32,56 @@ import (
 // histogram counts): exact, where the histogram's buckets are 10 s wide between 10
 // and 20 s and 30 s.
 func sliPhases(log string) (map[string][]time.Duration, error) {
-	added := map[string][2]string{}     // a pod's first ADD: klog's MMDD and time of day
-	started := map[string][][2]string{} // its PLEG ContainerStarted events
+	added := map[string]klogStamp{}     // each pod's first ADD
+	started := map[string][]klogStamp{} // its PLEG ContainerStarted events
 	type observed struct {
+		pod                       string
 		created, running, watched time.Time
 		sli                       time.Duration
 	}
-	var seen []struct {
-		pod string
-		observed
-	}
+	var seen []observed
 	sc := bufio.NewScanner(strings.NewReader(log))
 	sc.Buffer(make([]byte, 0, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case strings.Contains(line, `"SyncLoop ADD"`) && strings.Contains(line, `source="api"`):
-			m := syncAddRE.FindStringSubmatch(line)
-			if m == nil {
-				continue
-			}
-			for _, p := range strings.Split(m[3], ",") {
-				p = strings.Trim(strings.TrimSpace(p), `"`)
-				if _, dup := added[p]; p != "" && !dup {
-					added[p] = [2]string{m[1], m[2]}
-				}
-			}
-		case strings.Contains(line, `"SyncLoop (PLEG): event for pod"`) && strings.Contains(line, `"Type":"ContainerStarted"`):
-			m := klogHeaderRE.FindStringSubmatch(line)
-			pod, ok := field(line, "pod")
-			if m == nil || !ok {
-				continue
-			}
-			started[pod] = append(started[pod], [2]string{m[1], m[2]})
-		case strings.Contains(line, `"Observed pod startup duration"`):
-			pod, ok := field(line, "pod")
+		case strings.Contains(line, `"SyncLoop ADD"`) && logField(line, "source") == "api":
+			at, ok := stampOf(line)
 			if !ok {
 				continue
 			}
-			var o observed
+			for _, p := range strings.Split(strings.Trim(logField(line, "pods"), "[]"), ",") {
+				p = strings.Trim(p, `"`)
+				if _, dup := added[p]; p != "" && !dup {
+					added[p] = at
+				}
+			}
+		case strings.Contains(line, `"SyncLoop (PLEG): event for pod"`) && strings.Contains(line, `"Type":"ContainerStarted"`):
+			at, ok := stampOf(line)
+			if pod := logField(line, "pod"); ok && pod != "" {
+				started[pod] = append(started[pod], at)
+			}
+		case strings.Contains(line, `"Observed pod startup duration"`):
+			o := observed{pod: logField(line, "pod")}
+			if o.pod == "" {
+				continue
+			}
 			for _, f := range []struct {
 				name string
 				to   *time.Time
 			}{{"podCreationTimestamp", &o.created}, {"observedRunningTime", &o.running}, {"watchObservedRunningTime", &o.watched}} {
-				v, ok := field(line, f.name)
-				if !ok {
-					return nil, fmt.Errorf("no %s in %q", f.name, line)
-				}
-				t, err := goTime(v)
+				t, err := goTime(logField(line, f.name))
 				if err != nil {
 					return nil, fmt.Errorf("%s in %q: %w", f.name, line, err)
 				}
 				*f.to = t
 			}
-			v, ok := unquotedField(line, "podStartSLOduration")
-			if !ok {
-				return nil, fmt.Errorf("no podStartSLOduration in %q", line)
-			}
-			secs, err := strconv.ParseFloat(v, 64)
+			secs, err := strconv.ParseFloat(logField(line, "podStartSLOduration"), 64)
 			if err != nil {
 				return nil, fmt.Errorf("podStartSLOduration in %q: %w", line, err)
 			}
 			o.sli = time.Duration(secs * float64(time.Second))
-			seen = append(seen, struct {
-				pod string
-				observed
-			}{pod, o})
+			seen = append(seen, o)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -105,17 +89,17 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 	}
 	out := map[string][]time.Duration{}
 	for _, s := range seen {
-		hdr, ok := added[s.pod]
+		stamp, ok := added[s.pod]
 		if !ok {
 			continue
 		}
-		at, err := klogTime(s.running, hdr[0], hdr[1])
+		at, err := stamp.near(s.running)
 		if err != nil {
 			return nil, fmt.Errorf("SyncLoop ADD of %s: %w", s.pod, err)
 		}
 		var last time.Time
-		for _, h := range started[s.pod] {
-			t, err := klogTime(s.running, h[0], h[1])
+		for _, st := range started[s.pod] {
+			t, err := st.near(s.running)
 			if err != nil {
 				return nil, fmt.Errorf("PLEG event of %s: %w", s.pod, err)
 			}
@@ -145,18 +129,25 @@ const (
 
 var sliPhaseNames = []string{phaseSLI, phaseControlPlane, phaseNode, phaseStatusWrite, phaseStatus}
 
-var (
-	// syncAddRE: a klog header's date and time, and the pods of a "SyncLoop ADD".
-	syncAddRE = regexp.MustCompile(`^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+)\s.*"SyncLoop ADD".*pods=\[([^\]]*)\]`)
-	// klogHeaderRE: a klog header's date and time.
-	klogHeaderRE = regexp.MustCompile(`^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+)\s`)
-)
+// klogHeaderRE: a klog header's date (MMDD) and time of day.
+var klogHeaderRE = regexp.MustCompile(`^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d+)\s`)
 
-// klogTime reads a klog header's MMDD and time of day, in the year and zone of near,
-// a time the kubelet wrote in the same minutes (klog writes its local time).
-func klogTime(near time.Time, mmdd, clock string) (time.Time, error) {
-	t, err := time.ParseInLocation("2006 0102 15:04:05.999999", fmt.Sprintf("%d %s %s", near.Year(), mmdd, clock), near.Location())
-	if err == nil && t.Sub(near) > 180*24*time.Hour { // near is in January, the ADD in December
+// klogStamp is a klog header's time: its date has no year.
+type klogStamp struct{ mmdd, clock string }
+
+func stampOf(line string) (klogStamp, bool) {
+	m := klogHeaderRE.FindStringSubmatch(line)
+	if m == nil {
+		return klogStamp{}, false
+	}
+	return klogStamp{m[1], m[2]}, true
+}
+
+// near reads the stamp in the year and zone of near, a time the kubelet wrote in the
+// same minutes (klog writes its local time).
+func (k klogStamp) near(near time.Time) (time.Time, error) {
+	t, err := time.ParseInLocation("2006 0102 15:04:05.999999", fmt.Sprintf("%d %s %s", near.Year(), k.mmdd, k.clock), near.Location())
+	if err == nil && t.Sub(near) > 180*24*time.Hour { // near is in January, the stamp in December
 		t = t.AddDate(-1, 0, 0)
 	}
 	return t, err
@@ -167,32 +158,4 @@ func klogTime(near time.Time, mmdd, clock string) (time.Time, error) {
 func goTime(s string) (time.Time, error) {
 	s, _, _ = strings.Cut(s, " m=")
 	return time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", s)
-}
-
-// unquotedField returns the value of key=... (up to the next space) in a klog
-// structured line.
-func unquotedField(line, key string) (string, bool) {
-	i := strings.Index(line, " "+key+"=")
-	if i < 0 {
-		return "", false
-	}
-	rest := line[i+len(key)+2:]
-	if j := strings.IndexByte(rest, ' '); j >= 0 {
-		rest = rest[:j]
-	}
-	return rest, rest != ""
-}
-
-// field returns the quoted value of key="..." in a klog structured line.
-func field(line, key string) (string, bool) {
-	i := strings.Index(line, " "+key+`="`)
-	if i < 0 {
-		return "", false
-	}
-	rest := line[i+len(key)+3:]
-	j := strings.IndexByte(rest, '"')
-	if j < 0 {
-		return "", false
-	}
-	return rest[:j], true
 }

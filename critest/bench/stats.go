@@ -64,8 +64,8 @@ func stepSamples(logText string, msgs ...string) (map[string][]time.Duration, []
 	return samples, order
 }
 
-// logField is the value of field key in a logrus text line (key=value or
-// key="quoted value"); "" if absent.
+// logField is the value of field key in a logrus text line or a klog structured one
+// (key=value or key="quoted value"); "" if absent.
 func logField(line, key string) string {
 	i := strings.Index(" "+line, " "+key+"=")
 	if i < 0 {
