@@ -80,14 +80,21 @@ func shimdExtraConfig(hosts string) string {
 	return fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts) + shimdDebugConfig()
 }
 
-// shimdDebugConfig is the [debug] table of BENCH_SHIMD_DEBUG and BENCH_CONTENTION,
-// or nothing; it goes last in a config.
+// shimdDebugConfig is the [metrics] table of BENCH_SHIMD_METRICS (an absolute socket
+// path) and the [debug] table of BENCH_SHIMD_DEBUG and BENCH_CONTENTION, or nothing;
+// it goes last in a config.
 func shimdDebugConfig() string {
+	c := ""
+	if m := os.Getenv("BENCH_SHIMD_METRICS"); m != "" {
+		// shimd's own view of each call (shimd_rpc_duration_seconds), to set beside
+		// the client's: curl --unix-socket $BENCH_SHIMD_METRICS http://x/metrics
+		c += fmt.Sprintf("[metrics]\naddress = %q\n", m)
+	}
 	d := os.Getenv("BENCH_SHIMD_DEBUG")
 	if d == "" {
-		return ""
+		return c
 	}
-	c := fmt.Sprintf("[debug]\naddress = %q\n", d)
+	c += fmt.Sprintf("[debug]\naddress = %q\n", d)
 	if os.Getenv("BENCH_CONTENTION") == "1" {
 		c += fmt.Sprintf("block_profile_rate = %d\nmutex_profile_fraction = %d\n", contentionBlockRate, contentionMutexFraction)
 	}

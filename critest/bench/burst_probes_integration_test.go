@@ -40,13 +40,16 @@ func shimdSideSocks(containerdDebug string) []debugSock {
 // BENCH_PROFILE_SECONDS (default 15) of every burst start and teardown, and with BENCH_CONTENTION=1
 // its block and mutex profiles over the same seconds (contentionFromEnv), and with
 // BENCH_TRACE=1 shimd's execution trace (`go tool trace`; -pprof=sched gives where
-// goroutines waited for a CPU).
+// goroutines waited for a CPU), and with BENCH_ALLOCS=1 what each daemon allocated
+// over those seconds, by allocation site (`go tool pprof -sample_index=alloc_space`):
+// what its collector has to keep up with.
 type burstProbes struct {
 	syncs      bool
 	profileDir string
 	profileFor time.Duration
 	contention bool
 	trace      bool
+	allocs     bool
 }
 
 func burstProbesFromEnv() burstProbes {
@@ -56,6 +59,7 @@ func burstProbesFromEnv() burstProbes {
 		profileFor: time.Duration(envInt("BENCH_PROFILE_SECONDS", 15)) * time.Second,
 		contention: os.Getenv("BENCH_CONTENTION") == "1",
 		trace:      os.Getenv("BENCH_TRACE") == "1",
+		allocs:     os.Getenv("BENCH_ALLOCS") == "1",
 	}
 }
 
@@ -78,6 +82,9 @@ func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) fun
 		kinds := []string{"profile"}
 		if p.contention {
 			kinds = append(kinds, "block", "mutex")
+		}
+		if p.allocs {
+			kinds = append(kinds, "allocs")
 		}
 		for _, s := range tg.debugSocks {
 			kinds := kinds
