@@ -53,20 +53,36 @@ func (s *Service) unpackedFor(ctx context.Context, img *Image, snapshotter strin
 		return true, nil
 	}
 	key := img.ID + " " + snapshotter
-	if s.list.knownUnpacked(key) {
+	known, fresh := s.list.knownUnpacked(key)
+	if fresh {
 		return true, nil
 	}
 	gen := s.list.generation()
 	chain := identity.ChainID(diffIDs).String()
-	_, err := shared(ctx, &s.stats, snapshotter+" "+chain+" "+strconv.FormatUint(gen, 10), func(ctx context.Context) (any, error) {
+	statKey := snapshotter + " " + chain + " " + strconv.FormatUint(gen, 10)
+	stat := func(ctx context.Context) (any, error) {
 		_, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, chain)
+		switch {
+		case err == nil:
+			s.list.sawUnpacked(key, gen)
+		case errdefs.IsNotFound(err):
+			s.list.forgetUnpacked(key, gen)
+		}
 		return nil, err
-	})
-	if err == nil {
-		s.list.sawUnpacked(key, gen)
+	}
+	if known {
+		// Found unpacked since the records last changed, longer ago than the TTL:
+		// still the answer (a chain goes only with its last record, a change the
+		// events tell of). It is asked again in the background, for a snapshot
+		// removed behind the records: a CreateContainer meanwhile fails as it would
+		// within the TTL, and the next ImageStatus after the lookup answers absent,
+		// so the kubelet pulls again.
+		startShared(ctx, &s.stats, statKey, stat)
 		return true, nil
 	}
-	if !errdefs.IsNotFound(err) {
+	if _, err := shared(ctx, &s.stats, statKey, stat); err == nil {
+		return true, nil
+	} else if !errdefs.IsNotFound(err) {
 		return false, err
 	}
 	// Not unpacked there; an image whose layers are stored (an imported one, such

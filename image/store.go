@@ -95,9 +95,11 @@ func readBlob(ctx context.Context, s *Service, desc ocispec.Descriptor) ([]byte,
 // and CreateContainer resolves the image again, each a full listing otherwise.
 // Changes are seen through containerd's image events (ImagesChanged, while the event
 // stream is up: EventsLive) and through shimd's own pulls and removals, at once; a
-// change missed anyway (made while the stream was being set up again) is seen after
-// listCacheTTL at the latest. Callers that find the answer stale share one listing
-// (Service.listing): a burst of pods asks for image status a hundred times at once.
+// change missed anyway (made while the stream was being set up again) is seen soon
+// after listCacheTTL: past it, callers still get the answer they would have had and
+// the records are read again in the background, as nothing told of a change. Callers
+// that find a change share one listing (Service.listing): a burst of pods asks for
+// image status a hundred times at once.
 type listCache struct {
 	mu     sync.Mutex
 	gen    uint64 // counts the changes seen
@@ -116,16 +118,39 @@ type listCache struct {
 	unpackedGen uint64
 }
 
-// knownUnpacked tells whether the image was found unpacked in snapshotter within
-// listCacheTTL and since the records last changed.
-func (c *listCache) knownUnpacked(key string) bool {
+// knownUnpacked tells whether the image was found unpacked in snapshotter since the
+// records last changed, and whether that finding is fresh (within listCacheTTL).
+func (c *listCache) knownUnpacked(key string) (known, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.live || !c.ok || c.at != c.gen || c.unpackedGen != c.gen {
-		return false
+		return false, false
 	}
 	at, ok := c.unpacked[key]
-	return ok && time.Since(at) < listCacheTTL
+	return ok, ok && time.Since(at) < listCacheTTL
+}
+
+// forgetUnpacked drops the finding of key when the image was found not unpacked
+// after all, if the records have not changed since gen.
+func (c *listCache) forgetUnpacked(key string, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen && c.unpackedGen == gen {
+		delete(c.unpacked, key)
+	}
+}
+
+// cached returns the listing when no change has been seen since it was read
+// (hit). Past listCacheTTL it is still the answer, and refresh says to read the
+// records again: the events told of no change, and the TTL only bounds how long a
+// change they missed goes unseen, so no caller need wait for that reading.
+func (c *listCache) cached() (images []*Image, gen uint64, hit, refresh bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live && c.ok && c.at == c.gen {
+		return c.images, c.gen, true, !time.Now().Before(c.until)
+	}
+	return nil, c.gen, false, false
 }
 
 // sawUnpacked records that the image was found unpacked, if the records have not
@@ -175,13 +200,15 @@ func (s *Service) EventsLive(live bool) {
 // answer is shared: callers must not change it.
 func (s *Service) List(ctx context.Context) ([]*Image, error) {
 	c := &s.list
-	c.mu.Lock()
-	if c.live && c.ok && c.at == c.gen && time.Now().Before(c.until) {
-		images := c.images
-		c.mu.Unlock()
+	images, gen, hit, refresh := c.cached()
+	if hit {
+		if refresh {
+			startShared(ctx, &s.listing, strconv.FormatUint(gen, 10), s.relist(gen))
+		}
 		return images, nil
 	}
-	gen, live := c.gen, c.live
+	c.mu.Lock()
+	live := c.live
 	c.mu.Unlock()
 	if !live {
 		// No events: every caller reads the records itself, after its own call.
@@ -189,39 +216,53 @@ func (s *Service) List(ctx context.Context) ([]*Image, error) {
 	}
 	// Callers of one generation share a listing begun after that generation's
 	// change, so it sees the change.
-	v, err := shared(ctx, &s.listing, strconv.FormatUint(gen, 10), func(ctx context.Context) (any, error) {
-		out, err := s.listRecords(ctx)
-		if err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		if c.live && c.gen == gen {
-			c.images, c.at, c.ok, c.until = out, gen, true, time.Now().Add(listCacheTTL)
-		}
-		c.mu.Unlock()
-		return out, nil
-	})
+	v, err := shared(ctx, &s.listing, strconv.FormatUint(gen, 10), s.relist(gen))
 	if err != nil {
 		return nil, err
 	}
 	return v.([]*Image), nil
 }
 
+// relist reads the records, and keeps them as the listing of generation gen if no
+// change has been seen since.
+func (s *Service) relist(gen uint64) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		out, err := s.listRecords(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c := &s.list
+		c.mu.Lock()
+		if c.live && c.gen == gen {
+			c.images, c.at, c.ok, c.until = out, gen, true, time.Now().Add(listCacheTTL)
+		}
+		c.mu.Unlock()
+		return out, nil
+	}
+}
+
 // shared runs fn once for the concurrent callers of key, each waiting until its own
 // ctx ends. fn gets a context of its own, bounded by sharedTimeout, as no one
 // caller's deadline may end it for the others.
 func shared(ctx context.Context, g *singleflight.Group, key string, fn func(context.Context) (any, error)) (any, error) {
-	ch := g.DoChan(key, func() (any, error) {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTimeout)
-		defer cancel()
-		return fn(fctx)
-	})
+	ch := startShared(ctx, g, key, fn)
 	select {
 	case res := <-ch:
 		return res.Val, res.Err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// startShared begins fn for key unless it is running already, and returns where its
+// result will come; a caller that does not wait for it leaves it running. fn's
+// context keeps ctx's values (containerd's namespace) but not its end.
+func startShared(ctx context.Context, g *singleflight.Group, key string, fn func(context.Context) (any, error)) <-chan singleflight.Result {
+	return g.DoChan(key, func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedTimeout)
+		defer cancel()
+		return fn(fctx)
+	})
 }
 
 func (s *Service) listRecords(ctx context.Context) ([]*Image, error) {

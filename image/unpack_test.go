@@ -163,40 +163,83 @@ func TestDownloadApply(t *testing.T) {
 func TestListCacheRemembersUnpackedUntilRecordsChange(t *testing.T) {
 	c := &listCache{live: true}
 	c.images, c.at, c.ok, c.until = nil, 0, true, time.Now().Add(time.Minute)
-	if c.knownUnpacked("a overlayfs") {
+	known := func(key string) bool {
+		k, fresh := c.knownUnpacked(key)
+		if fresh && !k {
+			t.Fatalf("%s: fresh but not known", key)
+		}
+		return fresh
+	}
+	if known("a overlayfs") {
 		t.Fatal("known before it was seen")
 	}
 	c.sawUnpacked("a overlayfs", c.generation())
-	if !c.knownUnpacked("a overlayfs") || c.knownUnpacked("a native") {
+	if !known("a overlayfs") || known("a native") {
 		t.Fatal("not remembered per image and snapshotter")
 	}
 	// The list read again for the same records (its TTL ran out) keeps it.
 	c.until = time.Now().Add(time.Minute)
-	if !c.knownUnpacked("a overlayfs") {
+	if !known("a overlayfs") {
 		t.Fatal("forgotten when the same records were listed again")
 	}
-	// A finding older than the TTL is asked again.
+	// A finding older than the TTL is still known, but not fresh: asked again.
 	c.unpacked["a overlayfs"] = time.Now().Add(-listCacheTTL)
-	if c.knownUnpacked("a overlayfs") {
-		t.Fatal("a finding older than listCacheTTL still counts")
+	if k, fresh := c.knownUnpacked("a overlayfs"); !k || fresh {
+		t.Fatalf("a finding older than listCacheTTL: known %v, fresh %v; want known, not fresh", k, fresh)
+	}
+	// Asked again and not found: forgotten.
+	c.forgetUnpacked("a overlayfs", c.generation())
+	if k, _ := c.knownUnpacked("a overlayfs"); k {
+		t.Fatal("still known after a lookup did not find it")
 	}
 	c.sawUnpacked("a overlayfs", c.generation())
 	gen := c.generation()
 	c.gen++ // ImagesChanged
-	if c.knownUnpacked("a overlayfs") {
+	if k, _ := c.knownUnpacked("a overlayfs"); k {
 		t.Fatal("still known after the records changed")
 	}
 	c.sawUnpacked("b overlayfs", gen) // a Stat begun before the change
 	c.at = c.gen                      // the list is read again
-	if c.knownUnpacked("b overlayfs") || c.knownUnpacked("a overlayfs") {
+	if known("b overlayfs") || known("a overlayfs") {
 		t.Fatal("a result from before the change was kept")
 	}
+	c.forgetUnpacked("b overlayfs", gen) // a lookup from before the change changes nothing
 	c.sawUnpacked("b overlayfs", c.gen)
-	if !c.knownUnpacked("b overlayfs") || c.knownUnpacked("a overlayfs") {
+	c.forgetUnpacked("b overlayfs", gen)
+	if !known("b overlayfs") || known("a overlayfs") {
 		t.Fatal("a finding of the new records is not kept alone")
 	}
 	c.live = false
-	if c.knownUnpacked("b overlayfs") {
+	if k, _ := c.knownUnpacked("b overlayfs"); k {
 		t.Fatal("known while containerd's events do not reach shimd")
+	}
+}
+
+// A listing past its TTL is still the answer while no change has been seen, and
+// asks for a reading in the background; a change or lost events make callers wait
+// for a new one.
+func TestListCacheAnswersPastTTLWhileNothingChanged(t *testing.T) {
+	img := &Image{ID: "sha256:a"}
+	c := &listCache{live: true}
+	if _, _, hit, _ := c.cached(); hit {
+		t.Fatal("a hit before any listing")
+	}
+	c.images, c.at, c.ok, c.until = []*Image{img}, c.gen, true, time.Now().Add(time.Minute)
+	images, gen, hit, refresh := c.cached()
+	if !hit || refresh || len(images) != 1 || gen != c.gen {
+		t.Fatalf("fresh listing: hit %v refresh %v images %d gen %d", hit, refresh, len(images), gen)
+	}
+	c.until = time.Now().Add(-time.Second)
+	if images, _, hit, refresh := c.cached(); !hit || !refresh || len(images) != 1 {
+		t.Fatalf("past its TTL: hit %v refresh %v images %d; want the listing, and a refresh", hit, refresh, len(images))
+	}
+	c.gen++ // ImagesChanged
+	if _, gen, hit, _ := c.cached(); hit || gen != c.gen {
+		t.Fatalf("after a change: hit %v gen %d; want a miss at gen %d", hit, gen, c.gen)
+	}
+	c.at, c.until = c.gen, time.Now().Add(time.Minute)
+	c.live = false
+	if _, _, hit, _ := c.cached(); hit {
+		t.Fatal("a hit while containerd's events do not reach shimd")
 	}
 }
