@@ -5,6 +5,7 @@ package kubeadm
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,14 @@ func TestKubeadmMoveNodeToShimd(t *testing.T) {
 		_, err := c.Kubectl(t, "rollout", "status", "deployment/web", "--timeout=5s")
 		return err
 	})
-	ctrd := []string{"--runtime-endpoint", n2.CRIEndpoint(), "--image-endpoint", n2.CRIEndpoint(), "--timeout", "60s"}
+	// crictl's own config for containerd's CRI: without one, crictl looks for the
+	// host's /etc/crictl.yaml and warns on stderr when there is none (a fresh
+	// machine), which would read as containers left.
+	cfg := filepath.Join(n2.Dir, "crictl-containerd.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 60\n", n2.CRIEndpoint(), n2.CRIEndpoint())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctrd := []string{"--config", cfg}
 	crictl := func(args ...string) string {
 		t.Helper()
 		out, err := n2.Run(t, harness.Tools().Crictl, append(ctrd, args...)...)
