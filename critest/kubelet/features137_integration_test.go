@@ -204,7 +204,9 @@ exec sleep 3600`)
 	check.SecurityContext = &corev1.SecurityContext{ProcMount: &unmasked}
 	check.VolumeMounts = []corev1.VolumeMount{{Name: "img", MountPath: "/img"}, {Name: "shared", MountPath: "/shared"},
 		{Name: "scratch", MountPath: "/scratch", BindMountOptions: []string{"noexec", "nosuid", "nodev"}}}
-	masked := shell("masked", BusyboxImage, `grep -c ' /proc/timer_list ' /proc/self/mountinfo > /shared/masked; exec sleep 3600`)
+	// Written whole, then renamed: "check" reads the file as soon as it exists, and a
+	// redirection creates it empty before grep writes its count.
+	masked := shell("masked", BusyboxImage, `grep -c ' /proc/timer_list ' /proc/self/mountinfo > /shared/masked.tmp; mv /shared/masked.tmp /shared/masked; exec sleep 3600`)
 	masked.VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
 	p := newPod("userns", check, masked)
 	p.Spec.HostUsers = &hostUsers
