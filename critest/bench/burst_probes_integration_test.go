@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +43,10 @@ func shimdSideSocks(containerdDebug string) []debugSock {
 // BENCH_TRACE=1 shimd's execution trace (`go tool trace`; -pprof=sched gives where
 // goroutines waited for a CPU), and with BENCH_ALLOCS=1 what each daemon allocated
 // over those seconds, by allocation site (`go tool pprof -sample_index=alloc_space`):
-// what its collector has to keep up with.
+// what its collector has to keep up with. BENCH_SCHED=1 records the scheduler's
+// switches over the whole phase (`perf sched record -a`) and prints, for each daemon
+// and for the benchmark's own process (the CRI client), how long its threads were
+// runnable and waited for a CPU.
 type burstProbes struct {
 	syncs      bool
 	profileDir string
@@ -50,6 +54,7 @@ type burstProbes struct {
 	contention bool
 	trace      bool
 	allocs     bool
+	sched      bool
 }
 
 func burstProbesFromEnv() burstProbes {
@@ -60,6 +65,7 @@ func burstProbesFromEnv() burstProbes {
 		contention: os.Getenv("BENCH_CONTENTION") == "1",
 		trace:      os.Getenv("BENCH_TRACE") == "1",
 		allocs:     os.Getenv("BENCH_ALLOCS") == "1",
+		sched:      os.Getenv("BENCH_SCHED") == "1",
 	}
 }
 
@@ -76,6 +82,14 @@ func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) fun
 		for i, pid := range tg.daemons {
 			stops = append(stops, countSyncs(b, fmt.Sprintf("%s, %s: %s", tg.name, phase, names[i]), pid, pods))
 		}
+	}
+	if p.sched {
+		names := []string{tg.name + "'s containerd"}
+		if len(tg.daemons) > 1 {
+			names = []string{"shimd", "shimd's containerd"}
+		}
+		stops = append(stops, recordSchedWaits(b, fmt.Sprintf("%s, %s", tg.name, phase),
+			append(slices.Clone(tg.daemons), os.Getpid()), append(names, "the benchmark (CRI client)")))
 	}
 	if p.profileDir != "" {
 		var wg sync.WaitGroup
@@ -124,22 +138,31 @@ func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) fun
 	}
 }
 
+// runPerf starts perf with args (setting names the setting that asked for it) and
+// returns the function that stops it, by its own pid, with the SIGINT it ends on.
+func runPerf(b *testing.B, setting string, args ...string) func() {
+	b.Helper()
+	cmd := exec.Command("perf", args...)
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("%s needs perf: %v", setting, err)
+	}
+	time.Sleep(300 * time.Millisecond) // perf attaches
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		if err := cmd.Wait(); err != nil && !strings.Contains(err.Error(), "signal: interrupt") {
+			b.Logf("perf %s: %v", args[0], err)
+		}
+	}
+}
+
 // countSyncs runs `perf stat` on pid (its threads, those made later too) until the
-// returned function, which stops perf (by its own pid) and returns the counts.
+// returned function, which stops perf and returns the counts.
 func countSyncs(b *testing.B, who string, pid, pods int) func() string {
 	b.Helper()
 	out := filepath.Join(b.TempDir(), "perf.out")
-	cmd := exec.Command("perf", "stat", "-x,", "-o", out, "-e", strings.Join(syncEvents, ","), "-p", strconv.Itoa(pid))
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("BENCH_SYNCS=1 needs perf: %v", err)
-	}
-	time.Sleep(200 * time.Millisecond) // perf attaches
+	stop := runPerf(b, "BENCH_SYNCS=1", "stat", "-x,", "-o", out, "-e", strings.Join(syncEvents, ","), "-p", strconv.Itoa(pid))
 	return func() string {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		// perf stat ends by the SIGINT it was sent; its counts are in out.
-		if err := cmd.Wait(); err != nil && !strings.Contains(err.Error(), "signal: interrupt") {
-			b.Logf("perf stat: %v", err)
-		}
+		stop()
 		raw, err := os.ReadFile(out)
 		if err != nil {
 			b.Fatalf("perf stat: %v", err)
@@ -149,6 +172,32 @@ func countSyncs(b *testing.B, who string, pid, pods int) func() string {
 			b.Fatalf("%v", err)
 		}
 		return c.line(who, pods) + "\n"
+	}
+}
+
+// recordSchedWaits runs `perf sched record -a` until the returned function, which
+// stops perf and returns, for each of pids (named by names), how
+// long its threads waited for a CPU.
+func recordSchedWaits(b *testing.B, phase string, pids []int, names []string) func() string {
+	b.Helper()
+	data := filepath.Join(b.TempDir(), "sched.data")
+	stop := runPerf(b, "BENCH_SCHED=1", "sched", "record", "-a", "-o", data)
+	return func() string {
+		stop()
+		defer os.Remove(data)
+		out, err := exec.Command("perf", "sched", "timehist", "-i", data).Output()
+		if err != nil {
+			b.Fatalf("perf sched timehist: %v", err)
+		}
+		waits, err := parseSchedTimehist(string(out), pids)
+		if err != nil {
+			b.Fatalf("%v", err)
+		}
+		var lines strings.Builder
+		for i, pid := range pids {
+			lines.WriteString(waits[pid].line(fmt.Sprintf("%s: %s", phase, names[i])))
+		}
+		return lines.String()
 	}
 }
 
