@@ -7,6 +7,8 @@
 // loopyWriter) until its next write to a client.
 //
 //	go run . TRACE [RPC]    (RPC: PodSandboxStatus by default)
+//	go run . -held TRACE    where goroutines held a processor for more than 2 ms at
+//	                        a time, by the stack they left it with
 //
 // It is its own module so that shimd's build does not take golang.org/x/exp.
 package main
@@ -41,19 +43,24 @@ var parts = []string{"reader waits", "reader runs", "call waits", "handler", "ca
 
 func main() {
 	rows := flag.Bool("rows", false, "print each call's row too")
+	held := flag.Bool("held", false, "print where goroutines held a processor for more than 2 ms")
 	flag.Parse()
 	if flag.NArg() < 1 {
-		fmt.Fprintln(os.Stderr, "usage: callwaits [-rows] TRACE [RPC]")
+		fmt.Fprintln(os.Stderr, "usage: callwaits [-rows] TRACE [RPC] | callwaits -held TRACE")
 		os.Exit(2)
 	}
 	rpc := "PodSandboxStatus"
 	if flag.NArg() > 1 {
 		rpc = flag.Arg(1)
 	}
-	gs, err := read(flag.Arg(0))
+	gs, long, err := read(flag.Arg(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if *held {
+		printHeld(long)
+		return
 	}
 	calls := split(gs, rpc)
 	fmt.Printf("%s: %d calls in the trace; ms, p50 / p90 / sum (a part not seen is left out)\n", rpc, len(calls))
@@ -83,17 +90,26 @@ func main() {
 	}
 }
 
-func read(path string) (map[trace.GoID]*gor, error) {
+// heldRuns sums, by how a goroutine left its processor (its new state and top
+// frames), its runs longer than 2 ms.
+type heldRuns map[string]*struct {
+	n  int
+	ms float64
+}
+
+func read(path string) (map[trace.GoID]*gor, heldRuns, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	r, err := trace.NewReader(f)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	gs := map[trace.GoID]*gor{}
+	long := heldRuns{}
+	runFrom := map[trace.GoID]trace.Time{}
 	get := func(id trace.GoID) *gor {
 		if gs[id] == nil {
 			gs[id] = &gor{}
@@ -124,6 +140,24 @@ func read(path string) (map[trace.GoID]*gor, error) {
 			if from == trace.GoNotExist && to == trace.GoRunnable {
 				g.created, g.creator = ev.Time(), ev.Goroutine()
 			}
+			id := st.Resource.Goroutine()
+			if from == trace.GoRunning {
+				if d := span(runFrom[id], ev.Time()); d > 2 {
+					k := to.String() + topFrames(st.Stack, ev.Stack())
+					if long[k] == nil {
+						long[k] = &struct {
+							n  int
+							ms float64
+						}{}
+					}
+					long[k].n++
+					long[k].ms += d
+				}
+				delete(runFrom, id)
+			}
+			if to == trace.GoRunning {
+				runFrom[id] = ev.Time()
+			}
 			switch to {
 			case trace.GoRunnable:
 				g.runnableAt = append(g.runnableAt, ev.Time())
@@ -139,7 +173,37 @@ func read(path string) (map[trace.GoID]*gor, error) {
 			}
 		}
 	}
-	return gs, nil
+	return gs, long, nil
+}
+
+// topFrames names a stack by its first frames.
+func topFrames(stacks ...trace.Stack) string {
+	out, n := "", 0
+	for _, s := range stacks {
+		for f := range s.Frames() {
+			if n == 6 {
+				return out
+			}
+			out += " < " + f.Func
+			n++
+		}
+	}
+	return out
+}
+
+func printHeld(long heldRuns) {
+	keys := make([]string, 0, len(long))
+	runs, total := 0, 0.0
+	for k, v := range long {
+		keys = append(keys, k)
+		runs += v.n
+		total += v.ms
+	}
+	slices.SortFunc(keys, func(a, b string) int { return int(math.Copysign(1, long[b].ms-long[a].ms)) })
+	fmt.Printf("runs over 2 ms: %d, %.0f ms; by how they left the processor:\n", runs, total)
+	for _, k := range keys[:min(15, len(keys))] {
+		fmt.Printf("%7.0f ms %5d  %s\n", long[k].ms, long[k].n, k)
+	}
 }
 
 // split returns, for each call of rpc whose goroutine the trace saw from its start to
