@@ -74,20 +74,13 @@ func burstProbesFromEnv() burstProbes {
 func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) func() string {
 	b.Helper()
 	var stops []func() string
+	names := daemonNames(tg)
 	if p.syncs {
-		names := []string{tg.name + "'s containerd"}
-		if len(tg.daemons) > 1 {
-			names = []string{"shimd", "shimd's containerd"}
-		}
 		for i, pid := range tg.daemons {
 			stops = append(stops, countSyncs(b, fmt.Sprintf("%s, %s: %s", tg.name, phase, names[i]), pid, pods))
 		}
 	}
 	if p.sched {
-		names := []string{tg.name + "'s containerd"}
-		if len(tg.daemons) > 1 {
-			names = []string{"shimd", "shimd's containerd"}
-		}
 		stops = append(stops, recordSchedWaits(b, fmt.Sprintf("%s, %s", tg.name, phase),
 			append(slices.Clone(tg.daemons), os.Getpid()), append(names, "the benchmark (CRI client)")))
 	}
@@ -138,6 +131,14 @@ func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) fun
 	}
 }
 
+// daemonNames names tg's daemons in the order of tg.daemons.
+func daemonNames(tg *target) []string {
+	if len(tg.daemons) > 1 {
+		return []string{"shimd", "shimd's containerd"}
+	}
+	return []string{tg.name + "'s containerd"}
+}
+
 // runPerf starts perf with args (setting names the setting that asked for it) and
 // returns the function that stops it, by its own pid, with the SIGINT it ends on.
 func runPerf(b *testing.B, setting string, args ...string) func() {
@@ -176,8 +177,8 @@ func countSyncs(b *testing.B, who string, pid, pods int) func() string {
 }
 
 // recordSchedWaits runs `perf sched record -a` until the returned function, which
-// stops perf and returns, for each of pids (named by names), how
-// long its threads waited for a CPU.
+// stops perf and returns, for each of pids (named by names), how long its threads
+// waited for a CPU.
 func recordSchedWaits(b *testing.B, phase string, pids []int, names []string) func() string {
 	b.Helper()
 	data := filepath.Join(b.TempDir(), "sched.data")

@@ -92,7 +92,9 @@ func main() {
 
 // heldRuns sums, by how a goroutine left its processor (its new state and top
 // frames), its runs longer than 2 ms.
-type heldRuns map[string]*struct {
+type heldRuns map[string]*heldSum
+
+type heldSum struct {
 	n  int
 	ms float64
 }
@@ -109,7 +111,6 @@ func read(path string) (map[trace.GoID]*gor, heldRuns, error) {
 	}
 	gs := map[trace.GoID]*gor{}
 	long := heldRuns{}
-	runFrom := map[trace.GoID]trace.Time{}
 	get := func(id trace.GoID) *gor {
 		if gs[id] == nil {
 			gs[id] = &gor{}
@@ -140,23 +141,16 @@ func read(path string) (map[trace.GoID]*gor, heldRuns, error) {
 			if from == trace.GoNotExist && to == trace.GoRunnable {
 				g.created, g.creator = ev.Time(), ev.Goroutine()
 			}
-			id := st.Resource.Goroutine()
-			if from == trace.GoRunning {
-				if d := span(runFrom[id], ev.Time()); d > 2 {
+			if from == trace.GoRunning && len(g.runningAt) > 0 {
+				// The run that ends began at the goroutine's last move to running.
+				if d := span(g.runningAt[len(g.runningAt)-1], ev.Time()); d > 2 {
 					k := to.String() + topFrames(st.Stack, ev.Stack())
 					if long[k] == nil {
-						long[k] = &struct {
-							n  int
-							ms float64
-						}{}
+						long[k] = &heldSum{}
 					}
 					long[k].n++
 					long[k].ms += d
 				}
-				delete(runFrom, id)
-			}
-			if to == trace.GoRunning {
-				runFrom[id] = ev.Time()
 			}
 			switch to {
 			case trace.GoRunnable:
