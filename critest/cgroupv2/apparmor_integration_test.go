@@ -5,6 +5,7 @@ package cgroupv2
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,37 +41,52 @@ func TestAppArmorRuntimeDefault(t *testing.T) {
 
 	// A privileged pod, so that it may also hold a privileged container.
 	p := newPodLinux(t, "apparmor", `,"security_context":{"privileged":true}`)
-	run := func(name, securityContext string) string {
-		cfg := file(t, "ctr-"+p.id[:12]+"-"+name+".json", fmt.Sprintf(`{"metadata":{"name":%q},"image":{"image":%q},
-			"command":["sleep","100000"],"log_path":"%s.log","linux":{"security_context":%s}}`, name, busybox, name, securityContext))
-		id := sh(t, fmt.Sprintf("crictl create %s %s %s", p.id, cfg, p.config))
-		sh(t, "crictl start "+id+" >/dev/null")
-		return id
-	}
+	// The containers are made at once (shAll): each crictl is seconds under emulation.
 	const sysAdmin = `"capabilities":{"add_capabilities":["SYS_ADMIN"]}`
-	unset := run("unset", `{`+sysAdmin+`}`)
-	runtimeDefault := run("runtime-default", `{`+sysAdmin+`,"apparmor":{"profile_type":0}}`)
-	deprecated := run("deprecated", `{`+sysAdmin+`,"apparmor_profile":"runtime/default"}`)
-	unconfined := run("unconfined", `{`+sysAdmin+`,"apparmor":{"profile_type":1}}`)
-	privileged := run("privileged", `{"privileged":true}`)
+	ctrs := []struct{ name, securityContext string }{
+		{"unset", `{` + sysAdmin + `}`},
+		{"runtime-default", `{` + sysAdmin + `,"apparmor":{"profile_type":0}}`},
+		{"deprecated", `{` + sysAdmin + `,"apparmor_profile":"runtime/default"}`},
+		{"unconfined", `{` + sysAdmin + `,"apparmor":{"profile_type":1}}`},
+		{"privileged", `{"privileged":true}`},
+	}
+	var scripts []string
+	for _, c := range ctrs {
+		cfg := file(t, "ctr-"+p.id[:12]+"-"+c.name+".json", fmt.Sprintf(`{"metadata":{"name":%q},"image":{"image":%q},
+			"command":["sleep","100000"],"log_path":"%s.log","linux":{"security_context":%s}}`, c.name, busybox, c.name, c.securityContext))
+		scripts = append(scripts, fmt.Sprintf("set -e\nid=$(crictl create %s %s %s)\ncrictl start $id >/dev/null\necho $id", p.id, cfg, p.config))
+	}
+	codes, outs := shAll(t, scripts...)
+	for i, c := range ctrs {
+		require.Equal(t, 0, codes[i], "container %s: %s", c.name, outs[i])
+	}
+	unset, runtimeDefault, deprecated, unconfined, privileged := outs[0], outs[1], outs[2], outs[3], outs[4]
 
 	// The label of the container's init, seen from the node, and of a process
 	// exec'd into it (its own /proc/self/attr/current).
-	label := func(id string) (initLabel, execLabel string) {
-		pid := sh(t, `crictl inspect -o go-template --template '{{.info.pid}}' `+id)
-		return sh(t, "cat /proc/"+pid+"/attr/current"), sh(t, "crictl exec "+id+" cat /proc/self/attr/current")
+	// All five read at once, each as two lines.
+	labels := []struct{ name, id, want string }{
+		{"unset", unset, "shimd-default (enforce)"},
+		{"RuntimeDefault", runtimeDefault, "shimd-default (enforce)"},
+		{"runtime/default", deprecated, "shimd-default (enforce)"},
+		{"Unconfined", unconfined, "unconfined"},
+		{"privileged", privileged, "unconfined"},
 	}
-	for name, id := range map[string]string{"unset": unset, "RuntimeDefault": runtimeDefault, "runtime/default": deprecated} {
-		initLabel, execLabel := label(id)
-		require.Equal(t, "shimd-default (enforce)", initLabel, "%s: the container's init", name)
-		require.Equal(t, "shimd-default (enforce)", execLabel, "%s: a process exec'd into it", name)
-		t.Logf("%s: init %q, exec %q", name, initLabel, execLabel)
+	scripts = scripts[:0]
+	for _, l := range labels {
+		scripts = append(scripts, `set -e
+pid=$(crictl inspect -o go-template --template '{{.info.pid}}' `+l.id+`)
+cat /proc/$pid/attr/current
+crictl exec `+l.id+` cat /proc/self/attr/current`)
 	}
-	for name, id := range map[string]string{"Unconfined": unconfined, "privileged": privileged} {
-		initLabel, execLabel := label(id)
-		require.Equal(t, "unconfined", initLabel, name)
-		require.Equal(t, "unconfined", execLabel, name)
-		t.Logf("%s: init %q, exec %q", name, initLabel, execLabel)
+	codes, outs = shAll(t, scripts...)
+	for i, l := range labels {
+		require.Equal(t, 0, codes[i], "%s: the labels: %s", l.name, outs[i])
+		initLabel, execLabel, ok := strings.Cut(outs[i], "\n")
+		require.True(t, ok, "%s: two labels: %q", l.name, outs[i])
+		require.Equal(t, l.want, initLabel, "%s: the container's init", l.name)
+		require.Equal(t, l.want, execLabel, "%s: a process exec'd into it", l.name)
+		t.Logf("%s: init %q, exec %q", l.name, initLabel, execLabel)
 	}
 
 	// What the profile denies, tried with CAP_SYS_ADMIN in each container.

@@ -248,6 +248,38 @@ journalctl -k --no-pager -o short-precise --since "-15min" | tail -n 300`, &out)
 const processStates = `ps -eo pid,ppid,stat,wchan:32,etime,time,args --forest | cut -c1-220
 for p in $(ps -eo pid=,stat= | awk '$2 ~ /^D/ {print $1}'); do echo "--- kernel stack of $p ($(cat /proc/$p/comm)):"; cat /proc/$p/stack; done`
 
+// shAll runs scripts at once in the guest, each a background job of one agent command
+// (the agent serves one command at a time, and each crictl under emulation is seconds
+// of one virtual CPU), and returns each one's exit status and output (stdout and
+// stderr, as sh's). It waits for all of them.
+func shAll(t *testing.T, scripts ...string) (codes []int, outs []string) {
+	t.Helper()
+	dir := fmt.Sprintf("/tmp/shall-%d", time.Now().UnixNano())
+	var b strings.Builder
+	fmt.Fprintf(&b, "d=%s\nmkdir -p $d\n", dir)
+	for i, s := range scripts {
+		job := file(t, fmt.Sprintf("shall-%d-%d.sh", time.Now().UnixNano(), i), s)
+		fmt.Fprintf(&b, "bash %s >$d/%d.out 2>&1 & p%d=$!\n", job, i, i)
+	}
+	for i := range scripts {
+		fmt.Fprintf(&b, "wait $p%d; echo \"@@job %d $?\"; cat $d/%d.out\n", i, i, i)
+	}
+	b.WriteString("rm -rf $d\n")
+	out := sh(t, b.String())
+	codes, outs = make([]int, len(scripts)), make([]string, len(scripts))
+	parts := strings.Split(out, "@@job ")
+	require.Len(t, parts, len(scripts)+1, "the jobs' output: %q", out)
+	for i, part := range parts[1:] {
+		head, body, _ := strings.Cut(part, "\n")
+		var n int
+		_, err := fmt.Sscan(head, &n, &codes[i])
+		require.NoError(t, err, "job header %q", head)
+		require.Equal(t, i, n, "job order")
+		outs[i] = strings.TrimSpace(body)
+	}
+	return codes, outs
+}
+
 // file writes content into the share and returns the guest's path of it.
 func file(t *testing.T, name, content string) string {
 	t.Helper()

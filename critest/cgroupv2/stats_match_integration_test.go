@@ -67,9 +67,10 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 `, criSock, systemd)
 }
 
-// startContainerdCRI starts containerd's CRI in the guest (a transient unit) and
-// waits until it is ready; the test's cleanup stops it and removes its files.
-func startContainerdCRI(t *testing.T) {
+// startContainerdCRI starts containerd's CRI in the guest (a transient unit); the
+// test's cleanup stops it and removes its files. It returns the guest script that
+// waits until it is ready and pulls the workload's image into it.
+func startContainerdCRI(t *testing.T) (ready string) {
 	cfg := file(t, "containerd-cri.toml", criConfig(vmDriver == "systemd"))
 	sh(t, `mkdir -p /etc/containerd-cri/net.d && cat >/etc/containerd-cri/net.d/10-cri.conflist <<'EOF'
 {"cniVersion": "1.0.0", "name": "containerd-cri", "plugins": [
@@ -87,9 +88,10 @@ systemd-run --unit=containerd-cri --property=Delegate=yes --property=KillMode=pr
 		sh(t, criCrictl+` rmp -fa >/dev/null 2>&1; systemctl stop containerd-cri; umount -R /run/containerd-cri 2>/dev/null
 ip link del shimd-vm1 2>/dev/null; rm -rf /var/lib/containerd-cri /run/containerd-cri /etc/containerd-cri; true`)
 	})
-	sh(t, `for _ in $(seq 120); do `+criCrictl+` info -o go-template --template '{{range .status.conditions}}{{.type}}={{.status}} {{end}}' 2>/dev/null |
+	return `for _ in $(seq 120); do ` + criCrictl + ` info -o go-template --template '{{range .status.conditions}}{{.type}}={{.status}} {{end}}' 2>/dev/null |
 	grep -q 'NetworkReady=true' && break; sleep 1; done
-`+criCrictl+` pull `+busybox+` >/dev/null`)
+` + criCrictl + ` pull ` + busybox + ` >/dev/null
+`
 }
 
 // guestPod is one pod of the comparison, on shimd or on containerd's CRI.
@@ -107,20 +109,22 @@ type guestPod struct {
 // The guest's workload: as TestStatsMatchContainerdCRI's on the host, lighter (the
 // guest runs 10-18x slower, and every crictl call competes with the loops): a busy
 // loop at a tenth of a core, a hog of 40 MiB of /dev/shm, and a container that burns
-// a twentieth of a core for 10 s and exits.
+// a twentieth of a core for 10 s and exits, its last words its cgroup's cpu.stat
+// (its own cgroup namespace's root): the pods' first read comes after it exited.
 var guestWorkload = []struct {
 	name, resources string
 	cmd             []string
 }{
 	{"busy", `{"cpu_period":100000,"cpu_quota":10000}`, []string{"sh", "-c", "while :; do :; done"}},
 	{"hog", `{}`, []string{"sh", "-c", "dd if=/dev/zero of=/dev/shm/hog bs=1M count=40 && exec sleep 3600"}},
-	{"exiter", `{"cpu_period":100000,"cpu_quota":5000}`, []string{"sh", "-c", "while :; do :; done & sleep 10; kill $!"}},
+	{"exiter", `{"cpu_period":100000,"cpu_quota":5000}`, []string{"sh", "-c", "while :; do :; done & sleep 10; kill $!; wait; cat /sys/fs/cgroup/cpu.stat"}},
 }
 
-// runGuestPod runs a pod of kind ("pause-less": its own PID namespace per
-// container; "with pause": a shared one) with guestWorkload, under a cgroup parent
-// spelled as the kubelet spells it for the guest's driver.
-func runGuestPod(t *testing.T, crictl, runtime, kind string) *guestPod {
+// newGuestPod writes the configs of a pod of kind ("pause-less": its own PID
+// namespace per container; "with pause": a shared one) with guestWorkload, under a
+// cgroup parent spelled as the kubelet spells it for the guest's driver, and returns
+// it with the guest script that runs it (runGuestPods).
+func newGuestPod(t *testing.T, crictl, runtime, kind string) (*guestPod, string) {
 	uid := fmt.Sprintf("sm-%s-%d", runtime, time.Now().UnixNano())
 	parent := "kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"
 	if vmDriver == "cgroupfs" {
@@ -134,27 +138,54 @@ func runGuestPod(t *testing.T, crictl, runtime, kind string) *guestPod {
 	podCfg := file(t, "pod-"+uid+".json", fmt.Sprintf(`{"metadata":{"name":"stats-match","namespace":"cgroupv2","uid":%q},
 		"log_directory":"/var/log/pods/%s","linux":{"cgroup_parent":%q,"security_context":%s}}`, uid, uid, parent, ns))
 	p := &guestPod{crictl: crictl, runtime: runtime, kind: kind, parent: parent, ctrs: map[string]string{}}
-	p.id = sh(t, crictl+" runp "+podCfg)
-	t.Cleanup(func() {
-		sh(t, crictl+" stopp "+p.id+" >/dev/null && "+crictl+" rmp "+p.id+" >/dev/null")
-		if vmDriver == "cgroupfs" {
-			sh(t, "rmdir /sys/fs/cgroup"+parent+" 2>/dev/null; true")
-		} else {
-			sh(t, "systemctl stop "+parent)
-		}
-	})
+	// It prints "pod ID" and "ctr NAME ID" as it goes, so that what it made is
+	// removed even when it fails part way.
+	script := "set -e\npod=$(" + crictl + " runp " + podCfg + ")\necho pod $pod\n"
 	for _, w := range guestWorkload {
 		cmd, _ := json.Marshal(w.cmd)
 		cfg := file(t, "ctr-"+uid+"-"+w.name+".json", fmt.Sprintf(`{"metadata":{"name":%q},"image":{"image":%q},
 			"command":%s,"log_path":"%s.log","linux":{"resources":%s,"security_context":%s}}`, w.name, busybox, cmd, w.name, w.resources, ns))
-		id := sh(t, fmt.Sprintf("%s create %s %s %s", crictl, p.id, cfg, podCfg))
-		sh(t, crictl+" start "+id+" >/dev/null")
-		p.ctrs[w.name] = id
-		if w.name == "busy" {
-			p.started = time.Now()
-		}
+		script += fmt.Sprintf("id=$(%s create $pod %s %s)\necho ctr %s $id\n%s start $id >/dev/null\n",
+			crictl, cfg, podCfg, w.name, crictl)
 	}
-	return p
+	return p, script
+}
+
+// runGuestPods runs the pods' scripts (newGuestPod, each maybe after a script of its
+// own) at once in the guest, and registers each pod's clean-up from what its script
+// printed before it fails on a script that failed.
+func runGuestPods(t *testing.T, pods []*guestPod, scripts []string) {
+	codes, outs := shAll(t, scripts...)
+	// On the host's clock, after every start: poll's check of the busy container's
+	// rate waits at least as long as it did.
+	started := time.Now()
+	for i, p := range pods {
+		p.started = started
+		for _, line := range strings.Split(outs[i], "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 2 && f[0] == "pod":
+				p.id = f[1]
+			case len(f) == 3 && f[0] == "ctr":
+				p.ctrs[f[1]] = f[2]
+			}
+		}
+		if p.id == "" {
+			continue
+		}
+		t.Cleanup(func() {
+			sh(t, p.crictl+" stopp "+p.id+" >/dev/null && "+p.crictl+" rmp "+p.id+" >/dev/null")
+			if vmDriver == "cgroupfs" {
+				sh(t, "rmdir /sys/fs/cgroup"+p.parent+" 2>/dev/null; true")
+			} else {
+				sh(t, "systemctl stop "+p.parent)
+			}
+		})
+	}
+	for i, p := range pods {
+		require.Equal(t, 0, codes[i], "%s %s pod: %s", p.runtime, p.kind, outs[i])
+		require.Len(t, p.ctrs, len(guestWorkload), "%s %s pod: %s", p.runtime, p.kind, outs[i])
+	}
 }
 
 // criValue is a CRI UInt64Value as crictl prints it.
@@ -209,8 +240,8 @@ type podRead struct {
 	exited bool
 }
 
-// read reads the pod once (podRead).
-func (p *guestPod) read(t *testing.T) podRead {
+// readScript is the guest script of one read of the pod (podRead, parseRead).
+func (p *guestPod) readScript() string {
 	dir := "/sys/fs/cgroup" + p.parent
 	if vmDriver == "systemd" {
 		dir = "/sys/fs/cgroup$(systemctl show -p ControlGroup --value " + p.parent + ")"
@@ -218,7 +249,7 @@ func (p *guestPod) read(t *testing.T) podRead {
 	script := `dir=` + dir + `
 k() { echo $(awk '$1=="usage_usec"{print $2}' $dir/cpu.stat) $(cat $dir/memory.current) $(awk '$1=="inactive_file"{print $2}' $dir/memory.stat) $(cat $dir/pids.current); }
 k; echo @@
-out=$(` + p.crictl + ` statsp -o json --id ` + p.id + ` 2>/tmp/statsp.err) && echo "$out" || { echo FAILED; cat /tmp/statsp.err; }; echo @@
+out=$(` + p.crictl + ` statsp -o json --id ` + p.id + ` 2>/tmp/statsp-` + p.id + `.err) && echo "$out" || { echo FAILED; cat /tmp/statsp-` + p.id + `.err; }; echo @@
 k; echo @@
 ` + p.crictl + ` stats -o json -p ` + p.id + `; echo @@
 ` + p.crictl + ` stats -o json -p ` + p.id + `; echo @@
@@ -226,13 +257,33 @@ k; echo @@
 	if id := p.ctrs["exiter"]; id != "" {
 		script += p.crictl + " inspect -o go-template --template '{{.status.state}}' " + id
 	}
-	parts := strings.Split(sh(t, script), "@@")
+	return script
+}
+
+// readAll reads every pod once, at once (shAll).
+func readAll(t *testing.T, pods []*guestPod) []podRead {
+	scripts := make([]string, len(pods))
+	for i, p := range pods {
+		scripts[i] = p.readScript()
+	}
+	codes, outs := shAll(t, scripts...)
+	reads := make([]podRead, len(pods))
+	for i, p := range pods {
+		require.Equal(t, 0, codes[i], "%s %s: the pod's read: %s", p.runtime, p.kind, outs[i])
+		reads[i] = p.parseRead(t, outs[i])
+	}
+	return reads
+}
+
+// parseRead parses the output of readScript.
+func (p *guestPod) parseRead(t *testing.T, out string) podRead {
+	parts := strings.Split(out, "@@")
 	require.Len(t, parts, 6, "the pod read's output")
 	var r podRead
 	for i, part := range []string{parts[0], parts[2]} {
 		var usec, cur, inactive uint64
 		_, err := fmt.Sscan(strings.TrimSpace(part), &usec, &cur, &inactive, &r.kernel[i].pids)
-		require.NoError(t, err, "the kernel's files of %s: %q", dir, part)
+		require.NoError(t, err, "the kernel's files of %s %s's cgroup: %q", p.runtime, p.kind, part)
 		r.kernel[i].cpu, r.kernel[i].ws = usec*1000, cur-min(cur, inactive)
 	}
 	if out := strings.TrimSpace(parts[1]); strings.HasPrefix(out, "FAILED") {
@@ -263,11 +314,10 @@ func (p *guestPod) ctr(cs []criContainerStats, name string) (criContainerStats, 
 	return criContainerStats{}, false
 }
 
-// poll reads the pod and keeps its CPU and the exiter's while it runs. A pod's CPU
-// lies between the kernel's reads before and after; on shimd the busy container's
-// rate is not 0 once it ran 1.5 s.
-func (p *guestPod) poll(t *testing.T) (exited bool) {
-	r := p.read(t)
+// poll takes a read of the pod and keeps its CPU and the exiter's while it runs. A
+// pod's CPU lies between the kernel's reads before and after; on shimd the busy
+// container's rate is not 0 once it ran 1.5 s.
+func (p *guestPod) poll(t *testing.T, r podRead) (exited bool) {
 	if r.pod != nil {
 		cpu := r.pod.Stats[0].Linux.CPU.UsageCoreNanoSeconds.u64()
 		require.True(t, r.kernel[0].cpu <= cpu && cpu <= r.kernel[1].cpu, "%s %s: pod CPU %d is not the pod cgroup's (%d..%d)",
@@ -296,8 +346,7 @@ type guestFigures struct {
 	hogWS                       uint64
 }
 
-func (p *guestPod) figures(t *testing.T) guestFigures {
-	r := p.read(t)
+func (p *guestPod) figures(t *testing.T, r podRead) guestFigures {
 	f := guestFigures{kernel: r.kernel[1], hasPod: r.pod != nil}
 	for _, c := range r.ctrs[0] {
 		f.ctrRates += c.CPU.UsageNanoCores.u64()
@@ -335,38 +384,67 @@ func (p *guestPod) figures(t *testing.T) guestFigures {
 // their containers only.
 func TestStatsMatchContainerdOnCgroupV2(t *testing.T) {
 	requireGuest(t)
-	startContainerdCRI(t)
+	ready := startContainerdCRI(t)
 	// shimd's pods, pause-less and with a pause, then containerd's of the same
 	// configs (a pause in both); containerd's pod i is compared with shimd's pod i.
+	// All four are made at once: shimd's at once, containerd's once its CRI is ready.
+	marker := fmt.Sprintf("/tmp/cri-ready-%d", time.Now().UnixNano())
 	var pods []*guestPod
+	var scripts []string
 	for _, rt := range []struct{ crictl, name string }{{"crictl", "shimd"}, {criCrictl, "containerd"}} {
-		for _, kind := range []string{"pause-less", "with pause"} {
-			pods = append(pods, runGuestPod(t, rt.crictl, rt.name, kind))
+		for j, kind := range []string{"pause-less", "with pause"} {
+			p, script := newGuestPod(t, rt.crictl, rt.name, kind)
+			switch {
+			case rt.name == "containerd" && j == 0:
+				script = "if ! {\n" + ready + "}; then touch " + marker + ".failed; exit 1; fi\ntouch " + marker + ".ok\n" + script
+			case rt.name == "containerd":
+				script = "set -e\nfor _ in $(seq 900); do [ -e " + marker + ".ok ] || [ -e " + marker + ".failed ] && break; sleep 1; done\n[ -e " +
+					marker + ".ok ]\n" + script
+			}
+			pods, scripts = append(pods, p), append(scripts, script)
 		}
 	}
-	var removedAt time.Time
+	t.Cleanup(func() { sh(t, "rm -f "+marker+".ok "+marker+".failed") })
+	runGuestPods(t, pods, scripts)
 	start := time.Now()
-	for round := 0; removedAt.IsZero() || time.Since(removedAt) < 5*time.Second; round++ {
+	for round := 0; ; round++ {
 		require.Less(t, time.Since(start), 10*time.Minute, "the exiting containers did not exit")
 		exited := 0
-		for _, p := range pods {
-			if p.poll(t) {
+		for i, r := range readAll(t, pods) {
+			if pods[i].poll(t, r) {
 				exited++
 			}
 		}
 		t.Logf("round %d at %s: %d of %d exiters exited", round, time.Since(start).Round(time.Second), exited, len(pods))
-		if exited == len(pods) && removedAt.IsZero() {
-			for _, p := range pods {
-				sh(t, p.crictl+" rm "+p.ctrs["exiter"]+" >/dev/null")
-				delete(p.ctrs, "exiter")
-			}
-			removedAt = time.Now()
+		if exited == len(pods) {
+			break
 		}
 	}
-	final := map[*guestPod]guestFigures{}
+	// What each exiter used, from its log; then the exiters removed, each pod's CPU
+	// still holds theirs, in a read 5 s on.
+	rm := "set -e\n"
 	for _, p := range pods {
-		final[p] = p.figures(t)
-		t.Logf("%s %s pod: %+v; pod CPU at each poll %v; exiter's last seen %d", p.runtime, p.kind, final[p], p.cpu, p.exiterCPU)
+		rm += "echo @@\n" + p.crictl + " logs " + p.ctrs["exiter"] + ` 2>&1 | awk '$1=="usage_usec"{print $2}'` + "\n" +
+			p.crictl + " rm " + p.ctrs["exiter"] + " >/dev/null\n"
+		delete(p.ctrs, "exiter")
+	}
+	used := strings.Split(sh(t, rm), "@@")
+	require.Len(t, used, len(pods)+1, "the exiters' logs")
+	for i, p := range pods {
+		usec, err := strconv.ParseUint(strings.TrimSpace(used[i+1]), 10, 64)
+		require.NoError(t, err, "%s %s: the exiter's usage_usec in its log", p.runtime, p.kind)
+		// A twentieth of a core for 10 s or more: 1.1-1.3 s seen under emulation,
+		// where its sleep and kill come late; the bound says only that it ran.
+		require.Greater(t, usec, uint64(50_000), "%s %s: the exiter's CPU", p.runtime, p.kind)
+		p.exiterCPU = max(p.exiterCPU, usec*1000)
+	}
+	time.Sleep(5 * time.Second)
+	final := map[*guestPod]guestFigures{}
+	for i, r := range readAll(t, pods) {
+		p := pods[i]
+		p.poll(t, r)
+		final[p] = p.figures(t, r)
+		t.Logf("%s %s pod: %+v; pod CPU at each poll %v; exiter's %d", p.runtime, p.kind, final[p], p.cpu, p.exiterCPU)
 	}
 	for _, p := range pods {
 		f := final[p]
