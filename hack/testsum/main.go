@@ -1,8 +1,9 @@
 // Command testsum reads `go test -json` and prints what plain `go test` prints (the
 // output of failed tests and each package's ok/FAIL line), so that CI logs keep their
-// usual summary lines; it also records every skipped test with its reason, and at the
-// end of a run reports the skips by reason and fails on any that is not expected on
-// this host class.
+// usual summary lines, each followed by a "testsum: slow:" line naming the package's
+// top-level tests that took a minute or more (where CI's time goes); it also records
+// every skipped test with its reason, and at the end of a run reports the skips by
+// reason and fails on any that is not expected on this host class.
 //
 //	go test -json ./... | testsum [-v] [-skips FILE]
 //	    filter; -v prints every line as `go test -v` would; each skip is appended to
@@ -69,6 +70,36 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a test's or package's pass or fail
+}
+
+// slowTest is how long a test must take to be named on its package's slow line.
+const slowTest = 60.0
+
+// slowLine is the line after a package's result that names its top-level tests of
+// slowTest seconds or more, slowest first; "" when there are none.
+func slowLine(pkg string, tests map[string]float64) string {
+	names := make([]string, 0, len(tests))
+	for n := range tests {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if tests[a] != tests[b] {
+			if tests[a] > tests[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0fs", n, tests[n]))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("testsum: slow: %s: %s\n", pkg, strings.Join(parts, ", "))
 }
 
 // Skip is a skipped test as recorded.
@@ -89,8 +120,23 @@ var logLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: (.*)$`)
 
 func filter(in io.Reader, out, rec io.Writer, verbose bool) (result, error) {
 	var res result
-	buf := map[string][]string{} // package + "\x00" + test -> its output lines
-	var order []string           // buf's keys, first output first
+	buf := map[string][]string{}            // package + "\x00" + test -> its output lines
+	var order []string                      // buf's keys, first output first
+	slow := map[string]map[string]float64{} // package -> its slow top-level tests
+	noteSlow := func(e event) {
+		if e.Test == "" || strings.Contains(e.Test, "/") || e.Elapsed < slowTest {
+			return
+		}
+		if slow[e.Package] == nil {
+			slow[e.Package] = map[string]float64{}
+		}
+		slow[e.Package][e.Test] = e.Elapsed
+	}
+	// The package's line, after its ok/FAIL line.
+	endPackage := func(pkg string) {
+		fmt.Fprint(out, slowLine(pkg, slow[pkg]))
+		delete(slow, pkg)
+	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -118,6 +164,7 @@ func filter(in io.Reader, out, rec io.Writer, verbose bool) (result, error) {
 				buf[key] = append(buf[key], e.Output)
 			}
 		case "fail", "build-fail":
+			noteSlow(e)
 			if e.Test == "" {
 				res.failed = true
 				if e.Action == "fail" {
@@ -132,13 +179,16 @@ func filter(in io.Reader, out, rec io.Writer, verbose bool) (result, error) {
 						}
 					}
 				}
+				endPackage(e.Package)
 			} else if !verbose {
 				fmt.Fprint(out, strings.Join(buf[key], ""))
 			}
 			delete(buf, key)
 		case "pass":
+			noteSlow(e)
 			if e.Test == "" {
 				res.packages++
+				endPackage(e.Package)
 			}
 			delete(buf, key)
 		case "skip":

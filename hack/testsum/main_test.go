@@ -101,3 +101,25 @@ func TestReport(t *testing.T) {
 		})
 	}
 }
+
+// A package's top-level tests of a minute or more are named after its result line,
+// slowest first; subtests and quicker tests are not.
+func TestFilterNamesSlowTests(t *testing.T) {
+	in := `{"Action":"pass","Package":"m/a","Test":"TestQuick","Elapsed":59.9}
+{"Action":"pass","Package":"m/a","Test":"TestLong/sub","Elapsed":300}
+{"Action":"pass","Package":"m/a","Test":"TestLong","Elapsed":301.2}
+{"Action":"fail","Package":"m/a","Test":"TestSlowFail","Elapsed":75}
+{"Action":"pass","Package":"m/a","Test":"TestAlsoLong","Elapsed":301.2}
+{"Action":"output","Package":"m/a","Output":"FAIL\tm/a\t700.1s\n"}
+{"Action":"fail","Package":"m/a","Elapsed":700.1}
+{"Action":"pass","Package":"m/b","Test":"TestQuick","Elapsed":1}
+{"Action":"output","Package":"m/b","Output":"ok  \tm/b\t1.0s\n"}
+{"Action":"pass","Package":"m/b","Elapsed":1}
+`
+	var out bytes.Buffer
+	_, err := filter(strings.NewReader(in), &out, nil, false)
+	require.NoError(t, err)
+	require.Equal(t, "FAIL\tm/a\t700.1s\n"+
+		"testsum: slow: m/a: TestAlsoLong 301s, TestLong 301s, TestSlowFail 75s\n"+
+		"ok  \tm/b\t1.0s\n", out.String())
+}
