@@ -73,7 +73,7 @@ func TestProcMountLists(t *testing.T) {
 	env.CheckNoLeaks(t)
 }
 
-// oneLayerImage is an image of one layer (the pause stand-in, critest/images).
+// oneLayerImage is an image of one layer (the offline pause image, critest/images).
 const oneLayerImage = "registry.k8s.io/pause:3.10.2"
 
 // usernsPodConfig is a pod with its own user namespace (0 -> 300000, 65536 ids) and

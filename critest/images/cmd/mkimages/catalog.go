@@ -185,7 +185,7 @@ func catalog(in inputs) ([]*image, error) {
 
 	// Pause images: the two 3.9 names are one image (critest's "same image
 	// from different registries" spec); every tag is a distinct image.
-	pause := b.layer("pause stand-in (critest/images/cmd/pause)", []entry{file("pause", 0o755, in.Helpers["pause"])})
+	pause := b.layer("pause (sandbox/pause/pause.bin, shimd's own pause program)", []entry{file("pause", 0o755, in.Helpers["pause"])})
 	pauseCfg := ocispec.ImageConfig{Entrypoint: []string{"/pause"}, User: "65535:65535"}
 	imgs = append(imgs,
 		&image{Names: []string{"registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.9"}, Doc: "pause (critest); identical under both names",
@@ -230,7 +230,7 @@ func agnhostImage(b *builder, in inputs, with func(...*layer) []*layer) *image {
 		file("etc/group", 0o644, []byte(group+"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")),
 		{Path: "home/user-defined-in-image", Type: tar.TypeDir, Mode: 0o755, UID: 1000, GID: 1000},
 	})
-	registry := b.layer("fake-registry-server's /var/registry: pause:testing (the pause stand-in), as upstream's prepare_registry.sh lays out pause 3.10.2",
+	registry := b.layer("fake-registry-server's /var/registry: pause:testing (the pause images' program), as upstream's prepare_registry.sh lays out pause 3.10.2",
 		fakeRegistry(b, in.Helpers["pause"]))
 	return &image{Names: []string{e2e + "agnhost:" + in.AgnhostTag}, Doc: "agnhost " + in.AgnhostTag + ": the real /agnhost on busybox, with curl, nc, dig and getent stand-ins, bash as busybox sh and fake-registry-server's pause:testing",
 		Layers: with(bin, tools, digLayer(b, in), registry), Format: dockerV2List, Config: ocispec.ImageConfig{
@@ -251,10 +251,10 @@ func digLayer(b *builder, in inputs) *layer {
 // (the Kubernetes e2e tests' private-registry pulls: localhost:5000/pause:testing), in
 // the layout of upstream's test/images/agnhost/fakeregistryserver/prepare_registry.sh:
 // pause/manifests/testing holds the manifest's digest, manifests and blobs lie at
-// <dir>/sha256/<first two hex>/<hex>/data. The image is the pause stand-in, one OCI
+// <dir>/sha256/<first two hex>/<hex>/data. The image holds the pause images' program, one OCI
 // manifest (upstream keeps an index of the release's platforms).
 func fakeRegistry(b *builder, pause []byte) []entry {
-	l := b.layer("pause stand-in", []entry{file("pause", 0o755, pause)})
+	l := b.layer("pause", []entry{file("pause", 0o755, pause)})
 	cfg, err := json.Marshal(ocispec.Image{
 		Created: &epoch, Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
 		Config: ocispec.ImageConfig{Entrypoint: []string{"/pause"}, User: "65535:65535"},

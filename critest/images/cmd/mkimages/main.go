@@ -157,7 +157,12 @@ func build(cfg config, logf func(string, ...any)) error {
 		}
 		agnhostKey += fmt.Sprintf("\nsample-apiserver %x", sha256.Sum256(sampleAPIServer))
 	}
-	key, err := sourceKey(filepath.Join(repo, "critest/images"), cfg.keyPrefix+bbKey+"\n"+agnhostKey)
+	pause, err := os.ReadFile(filepath.Join(repo, pauseProgram))
+	if err != nil {
+		return err
+	}
+	key, err := sourceKey(filepath.Join(repo, "critest/images"),
+		fmt.Sprintf("%s%s\n%s\npause %x", cfg.keyPrefix, bbKey, agnhostKey, sha256.Sum256(pause)))
 	if err != nil {
 		return err
 	}
@@ -186,7 +191,8 @@ func build(cfg config, logf func(string, ...any)) error {
 	if in.Helpers, err = buildHelpers(repo, work); err != nil {
 		return err
 	}
-	logf("helpers built: %s", strings.Join(helperNames, ", "))
+	in.Helpers["pause"] = pause
+	logf("helpers built: %s; pause from %s", strings.Join(helperNames, ", "), pauseProgram)
 	imgs, err := cfg.catalog(in)
 	if err != nil {
 		return err
