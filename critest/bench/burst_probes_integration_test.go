@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -46,7 +47,10 @@ func shimdSideSocks(containerdDebug string) []debugSock {
 // what its collector has to keep up with. BENCH_SCHED=1 records the scheduler's
 // switches over the whole phase (`perf sched record -a`) and prints, for each daemon
 // and for the benchmark's own process (the CRI client), how long its threads were
-// runnable and waited for a CPU.
+// runnable and waited for a CPU. BENCH_COMMS=1 samples every CPU's time over the whole
+// phase (`perf record -a -e cpu-clock`, one sample per 0.5 ms of CPU) and prints the
+// CPU per pod of each process name (runc, runc:[2:INIT], containerd-shim, the CNI
+// plugins, pause, the daemons...), the kernel's part apart.
 type burstProbes struct {
 	syncs      bool
 	profileDir string
@@ -55,6 +59,7 @@ type burstProbes struct {
 	trace      bool
 	allocs     bool
 	sched      bool
+	comms      bool
 }
 
 func burstProbesFromEnv() burstProbes {
@@ -66,6 +71,7 @@ func burstProbesFromEnv() burstProbes {
 		trace:      os.Getenv("BENCH_TRACE") == "1",
 		allocs:     os.Getenv("BENCH_ALLOCS") == "1",
 		sched:      os.Getenv("BENCH_SCHED") == "1",
+		comms:      os.Getenv("BENCH_COMMS") == "1",
 	}
 }
 
@@ -83,6 +89,13 @@ func (p burstProbes) start(b *testing.B, tg *target, phase string, pods int) fun
 	if p.sched {
 		stops = append(stops, recordSchedWaits(b, fmt.Sprintf("%s, %s", tg.name, phase),
 			append(slices.Clone(tg.daemons), os.Getpid()), append(names, "the benchmark (CRI client)")))
+	}
+	if p.comms {
+		keep := ""
+		if p.profileDir != "" {
+			keep = filepath.Join(p.profileDir, fmt.Sprintf("%s-%s.comms.data", tg.name, strings.ReplaceAll(phase, " ", "-")))
+		}
+		stops = append(stops, recordCommCPU(b, fmt.Sprintf("%s, %s", tg.name, phase), pods, keep))
 	}
 	if p.profileDir != "" {
 		var wg sync.WaitGroup
@@ -200,6 +213,48 @@ func recordSchedWaits(b *testing.B, phase string, pids []int, names []string) fu
 		}
 		return lines.String()
 	}
+}
+
+// commSamplePeriod is BENCH_COMMS's sampling period, in ns of CPU time.
+const commSamplePeriod = 500 * time.Microsecond
+
+// recordCommCPU runs `perf record -a` until the returned function, which stops perf
+// and returns the phase's CPU per pod by process name. The samples are kept in keep
+// when it is set (BENCH_PROFILE_DIR: `perf report -i FILE --sort comm,sym`).
+func recordCommCPU(b *testing.B, phase string, pods int, keep string) func() string {
+	b.Helper()
+	data := cmp.Or(keep, filepath.Join(b.TempDir(), "comms.data"))
+	mounts0 := countMounts(b)
+	stop := runPerf(b, "BENCH_COMMS=1", "record", "-a", "-q", "-e", "cpu-clock", "-c", strconv.FormatInt(int64(commSamplePeriod), 10), "-o", data)
+	return func() string {
+		stop()
+		if keep == "" {
+			defer os.Remove(data)
+		}
+		out, err := exec.Command("perf", "script", "-i", data, "-F", "comm,pid,ip").Output()
+		if err != nil {
+			b.Fatalf("perf script: %v", err)
+		}
+		c, err := parseCommSamples(string(out), commSamplePeriod)
+		if err != nil {
+			b.Fatalf("%v", err)
+		}
+		mounts1 := countMounts(b)
+		return c.lines(phase, pods) + fmt.Sprintf("%s: mounts in the host's table: %d before, %d after (%+.2f per pod)\n",
+			phase, mounts0, mounts1, float64(mounts1-mounts0)/float64(pods))
+	}
+}
+
+// countMounts is the number of mounts in the benchmark's (the host's) mount namespace;
+// every runc init copies them all into the container's new one, and runc, its shim
+// and containerd read the whole table more than once per container.
+func countMounts(b *testing.B) int {
+	b.Helper()
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		b.Fatalf("BENCH_COMMS=1: %v", err)
+	}
+	return strings.Count(string(raw), "\n")
 }
 
 // takeProfile writes the profile kind ("profile" for CPU, "block", "mutex", "trace") of the
