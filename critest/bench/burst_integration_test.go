@@ -79,17 +79,24 @@ func BenchmarkBurst(b *testing.B) {
 				startPhase, teardownPhase := fmt.Sprintf("start of %d pods, round %d", n, round+1), fmt.Sprintf("teardown of %d pods, round %d", n, round+1)
 				cpu0 := tg.cpuNow(b)
 				endProbe := probe.start(b, tg, startPhase, n)
+				w0 := time.Now()
 				ids := tg.burst(b, round, n)
+				startWall := time.Since(w0)
 				cpu1 := tg.cpuNow(b)
 				startProbes := endProbe()
 				if timed {
 					started = shimdCallTimes(b, debug)
 				}
 				endProbe = probe.start(b, tg, teardownPhase, n)
+				w1 := time.Now()
 				tg.burstTeardown(b, round, ids)
+				teardownWall := time.Since(w1)
 				cpu2 := tg.cpuNow(b)
 				teardownProbes := endProbe()
 				if round >= 0 {
+					// Each round's walls, so that rounds next to each other in time
+					// can be compared pair by pair.
+					fmt.Printf("%s, burst %s: wall %.2f s; %s: wall %.2f s\n", tg.name, startPhase, startWall.Seconds(), teardownPhase, teardownWall.Seconds())
 					fmt.Print(cpu1.sub(cpu0).line(fmt.Sprintf("%s, burst %s", tg.name, startPhase), n, len(tg.daemons)) +
 						cpu2.sub(cpu1).line(fmt.Sprintf("%s, burst %s", tg.name, teardownPhase), n, len(tg.daemons)) +
 						startProbes + teardownProbes)
