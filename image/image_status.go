@@ -60,16 +60,10 @@ func (s *Service) unpackedFor(ctx context.Context, img *Image, snapshotter strin
 	gen := s.list.generation()
 	chain := identity.ChainID(diffIDs).String()
 	statKey := snapshotter + " " + chain + " " + strconv.FormatUint(gen, 10)
-	stat := func(ctx context.Context) (any, error) {
+	stat := s.list.unpackedLookup(key, gen, func(ctx context.Context) error {
 		_, err := s.opts.Client.SnapshotService(snapshotter).Stat(ctx, chain)
-		switch {
-		case err == nil:
-			s.list.sawUnpacked(key, gen)
-		case errdefs.IsNotFound(err):
-			s.list.forgetUnpacked(key, gen)
-		}
-		return nil, err
-	}
+		return err
+	})
 	if known {
 		// Found unpacked since the records last changed, longer ago than the TTL:
 		// still the answer (a chain goes only with its last record, a change the

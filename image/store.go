@@ -153,6 +153,17 @@ func (c *listCache) cached() (images []*Image, gen uint64, hit, refresh bool) {
 	return nil, c.gen, false, false
 }
 
+// current returns the listing of generation gen if it is still the records' and
+// within listCacheTTL: a reading begun for gen need not ask containerd again.
+func (c *listCache) current(gen uint64) ([]*Image, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live && c.ok && c.gen == gen && c.at == gen && time.Now().Before(c.until) {
+		return c.images, true
+	}
+	return nil, false
+}
+
 // sawUnpacked records that the image was found unpacked, if the records have not
 // changed since gen.
 func (c *listCache) sawUnpacked(key string, gen uint64) {
@@ -165,6 +176,28 @@ func (c *listCache) sawUnpacked(key string, gen uint64) {
 		c.unpacked, c.unpackedGen = map[string]time.Time{}, gen
 	}
 	c.unpacked[key] = time.Now()
+}
+
+// unpackedLookup returns the lookup that concurrent callers share (by a key that
+// holds gen) to learn whether key's chain is unpacked for the records of generation
+// gen: lookup asks the snapshotter, and its finding is remembered. A caller checks
+// knownUnpacked and then joins a running lookup or starts one; the lookup it would
+// have joined may end between the two, so a lookup first takes a fresh finding that
+// another one made meanwhile instead of asking containerd again.
+func (c *listCache) unpackedLookup(key string, gen uint64, lookup func(context.Context) error) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		if _, fresh := c.knownUnpacked(key); fresh {
+			return nil, nil
+		}
+		err := lookup(ctx)
+		switch {
+		case err == nil:
+			c.sawUnpacked(key, gen)
+		case errdefs.IsNotFound(err):
+			c.forgetUnpacked(key, gen)
+		}
+		return nil, err
+	}
 }
 
 // generation is the count of the changes seen so far.
@@ -227,11 +260,16 @@ func (s *Service) List(ctx context.Context) ([]*Image, error) {
 // change has been seen since.
 func (s *Service) relist(gen uint64) func(context.Context) (any, error) {
 	return func(ctx context.Context) (any, error) {
+		c := &s.list
+		// A caller that missed the listing of gen may start its own just after
+		// the one it would have joined ended: that one's answer is still current.
+		if images, ok := c.current(gen); ok {
+			return images, nil
+		}
 		out, err := s.listRecords(ctx)
 		if err != nil {
 			return nil, err
 		}
-		c := &s.list
 		c.mu.Lock()
 		if c.live && c.gen == gen {
 			c.images, c.at, c.ok, c.until = out, gen, true, time.Now().Add(listCacheTTL)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/singleflight"
 )
 
 func TestVerifying(t *testing.T) {
@@ -241,5 +243,83 @@ func TestListCacheAnswersPastTTLWhileNothingChanged(t *testing.T) {
 	c.live = false
 	if _, _, hit, _ := c.cached(); hit {
 		t.Fatal("a hit while containerd's events do not reach shimd")
+	}
+}
+
+// A caller that found no fresh finding and starts its lookup just after another
+// lookup for the same records ended (so it could not join it) takes that lookup's
+// finding: 50 concurrent ImageStatus calls make one snapshot lookup, not two
+// (TestStaleImageListingIsShared in critest/e2e saw two).
+func TestUnpackedLookupTakesAFindingMadeMeanwhile(t *testing.T) {
+	c := &listCache{live: true, ok: true, until: time.Now().Add(time.Minute)}
+	var g singleflight.Group
+	lookups := 0
+	var answer error
+	lookup := func(context.Context) error { lookups++; return answer }
+	const key = "a overlayfs"
+	gen := c.generation()
+	statKey := "overlayfs chain " + strconv.FormatUint(gen, 10)
+	ctx := context.Background()
+
+	// Both callers check first, and find nothing.
+	for range 2 {
+		if _, fresh := c.knownUnpacked(key); fresh {
+			t.Fatal("fresh before any lookup")
+		}
+	}
+	// The first caller's lookup runs and ends; then the second caller's starts.
+	for caller := range 2 {
+		if _, err := shared(ctx, &g, statKey, c.unpackedLookup(key, gen, lookup)); err != nil {
+			t.Fatalf("caller %d: %v", caller, err)
+		}
+	}
+	if lookups != 1 {
+		t.Fatalf("%d snapshot lookups, want 1", lookups)
+	}
+	// Once the finding is old, a lookup asks again; "not found" is forgotten,
+	// and the next lookup asks again too.
+	c.unpacked[key] = time.Now().Add(-listCacheTTL)
+	answer = errdefs.ErrNotFound
+	if _, err := shared(ctx, &g, statKey, c.unpackedLookup(key, gen, lookup)); !errdefs.IsNotFound(err) {
+		t.Fatalf("lookup of a removed chain: %v, want not found", err)
+	}
+	if k, _ := c.knownUnpacked(key); k || lookups != 2 {
+		t.Fatalf("after not found: known %v, %d lookups; want forgotten after 2", k, lookups)
+	}
+	answer = nil
+	if _, err := shared(ctx, &g, statKey, c.unpackedLookup(key, gen, lookup)); err != nil || lookups != 3 {
+		t.Fatalf("lookup after not found: %v, %d lookups; want a third", err, lookups)
+	}
+}
+
+// A listing begun for a generation whose listing another caller just finished
+// takes that one, unless it is past its TTL (a refresh) or the records changed.
+func TestListCacheCurrent(t *testing.T) {
+	c := &listCache{live: true}
+	gen := c.generation()
+	if _, ok := c.current(gen); ok {
+		t.Fatal("current before any listing")
+	}
+	listed := []*Image{{ID: "sha256:a"}}
+	c.images, c.at, c.ok, c.until = listed, gen, true, time.Now().Add(listCacheTTL)
+	if images, ok := c.current(gen); !ok || len(images) != 1 || images[0].ID != "sha256:a" {
+		t.Fatalf("the listing just made: %v, %v", images, ok)
+	}
+	c.until = time.Now().Add(-time.Second)
+	if _, ok := c.current(gen); ok {
+		t.Fatal("a listing past its TTL is current: a refresh would not read the records")
+	}
+	c.until = time.Now().Add(listCacheTTL)
+	c.gen++ // ImagesChanged
+	if _, ok := c.current(gen); ok {
+		t.Fatal("current after the records changed")
+	}
+	if _, ok := c.current(c.gen); ok {
+		t.Fatal("the old listing is current for the new generation")
+	}
+	c.at = c.gen
+	c.live = false
+	if _, ok := c.current(c.gen); ok {
+		t.Fatal("current while containerd's events do not reach shimd")
 	}
 }
