@@ -23,7 +23,9 @@ func TestCheckpointRestoreOnCgroupV2(t *testing.T) {
 		t.Fatal("no criu in the guest: build CRIU 4.1 on the host (make tools) so that provision.sh links it")
 	}
 	t.Log(sh(t, "criu --version | head -1"))
-	script := []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo n=$i; echo $i > /count; sleep 0.2; done"}
+	// /count is replaced by a rename, never truncated and rewritten in place: a
+	// checkpoint between the two would find it empty (critest/e2e's counterScript).
+	script := []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo n=$i; echo $i > /count.new; mv /count.new /count; sleep 0.2; done"}
 	const resources = `{"memory_limit_in_bytes":67108864}`
 	src := newPod(t, "cpsource")
 	id := src.container("counter", script, resources)

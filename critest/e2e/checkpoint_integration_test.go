@@ -28,8 +28,12 @@ import (
 
 // counterScript counts in a shell variable, one number a tenth of a second, to
 // stdout and into /count in the writable layer: after a restore it goes on from
-// where it was, which only a restored process can.
-const counterScript = `i=0; while true; do i=$((i+1)); echo "n=$i"; echo $i > /count; sleep 0.1; done`
+// where it was, which only a restored process can. /count is replaced by a rename,
+// never written in place: `echo $i > /count` truncates the file before it writes,
+// and a checkpoint (which freezes the task) or a reader that comes between the two
+// finds it empty (a CI run's TestCheckpointRestoreContainer read "" from the
+// checkpoint's rootfs-diff.tar).
+const counterScript = `i=0; while true; do i=$((i+1)); echo "n=$i"; echo $i > /count.new; mv /count.new /count; sleep 0.1; done`
 
 // checkpointEnv is a root test's environment with busybox pulled, skipped where CRIU
 // does not work.
@@ -161,7 +165,7 @@ func checkpointRestoreContainer(t *testing.T, env *harness.Env, rs runtimeapi.Ru
 		require.True(t, time.Now().Before(deadline), "the restored counter did not go on; log:\n%s", readFile(t, restoredLog))
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The loop prints n=i, then writes i to /count: paused between the two, /count
+	// The loop prints n=i, then puts i in /count: paused between the two, /count
 	// is one behind what was printed. Either way the restored process prints the
 	// count after the checkpoint's next.
 	first := counts(t, restoredLog)[0]
