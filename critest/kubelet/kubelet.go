@@ -110,6 +110,9 @@ func Start(t testing.TB, opts Options) *Kubelet {
 			t.Fatalf("kubelet: %v", err)
 		}
 	}
+	if err := makeRShared(k.RootDir); err != nil {
+		t.Fatalf("kubelet: %v", err)
+	}
 	k.newPorts(t)
 	if opts.Port != 0 {
 		k.Port = opts.Port
@@ -129,6 +132,27 @@ func Start(t testing.TB, opts Options) *Kubelet {
 	})
 	k.Start(t)
 	return k
+}
+
+// makeRShared makes dir a shared mount of its own, as the kubelet's root dir is on a
+// node whose / is shared (systemd's default). The kubelet starts by making its root
+// dir's mount rshared, and where that mount is not shared it bind-mounts the dir
+// onto itself, in one goroutine, while another creates its pod-resources socket in
+// the dir and renames it into place: a rename whose two paths are looked up on
+// either side of that new mount fails with EXDEV, and the kubelet exits ("failed to
+// move temporary file to addr .../pod-resources/kubelet.sock ... invalid
+// cross-device link"; a CI run's TestKubelet137Features; k3s-io/k3s#4042). This
+// machine's / is private, so the kubelet always took that path. unmountRoot undoes
+// the mount with the kubelet's own.
+func makeRShared(dir string) error {
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mount %s onto itself: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		return fmt.Errorf("make %s rshared: %w", dir, err)
+	}
+	return nil
 }
 
 // config is the KubeletConfiguration (JSON is YAML).
