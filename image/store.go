@@ -153,15 +153,11 @@ func (c *listCache) cached() (images []*Image, gen uint64, hit, refresh bool) {
 	return nil, c.gen, false, false
 }
 
-// current returns the listing of generation gen if it is still the records' and
-// within listCacheTTL: a reading begun for gen need not ask containerd again.
+// current returns the listing of generation gen if cached would answer with it and
+// ask for no refresh: a reading begun for gen need not ask containerd again.
 func (c *listCache) current(gen uint64) ([]*Image, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.live && c.ok && c.gen == gen && c.at == gen && time.Now().Before(c.until) {
-		return c.images, true
-	}
-	return nil, false
+	images, at, hit, refresh := c.cached()
+	return images, hit && !refresh && at == gen
 }
 
 // sawUnpacked records that the image was found unpacked, if the records have not

@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,37 +58,29 @@ func (c commCPU) lines(who string, pods int) string {
 	per := func(samples int) float64 {
 		return float64(time.Duration(samples)*c.period) / float64(time.Millisecond) / float64(pods)
 	}
-	total := 0
-	names := map[string]bool{}
-	for n, s := range c.user {
-		names[n], total = true, total+s
+	all := map[string]int{} // samples by comm, user and kernel
+	total, kernel := 0, 0
+	for n, v := range c.user {
+		all[n] += v
+		total += v
 	}
-	for n, s := range c.kernel {
-		names[n], total = true, total+s
+	for n, v := range c.kernel {
+		all[n] += v
+		total, kernel = total+v, kernel+v
 	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	slices.SortFunc(sorted, func(a, b string) int {
-		return cmp.Or(cmp.Compare(c.user[b]+c.kernel[b], c.user[a]+c.kernel[a]), cmp.Compare(a, b))
-	})
+	sorted := slices.Collect(maps.Keys(all))
+	slices.SortFunc(sorted, func(a, b string) int { return cmp.Or(cmp.Compare(all[b], all[a]), cmp.Compare(a, b)) })
 	var out strings.Builder
 	restAll, restKernel, restNames := 0, 0, 0
 	for _, n := range sorted {
-		all := c.user[n] + c.kernel[n]
-		if all*100 < total {
-			restAll, restKernel, restNames = restAll+all, restKernel+c.kernel[n], restNames+1
+		if all[n]*100 < total {
+			restAll, restKernel, restNames = restAll+all[n], restKernel+c.kernel[n], restNames+1
 			continue
 		}
-		fmt.Fprintf(&out, "%s: %s: %.1f ms per pod (kernel %.1f)\n", who, n, per(all), per(c.kernel[n]))
+		fmt.Fprintf(&out, "%s: %s: %.1f ms per pod (kernel %.1f)\n", who, n, per(all[n]), per(c.kernel[n]))
 	}
 	if restAll > 0 {
 		fmt.Fprintf(&out, "%s: the rest (%d names): %.1f ms per pod (kernel %.1f)\n", who, restNames, per(restAll), per(restKernel))
-	}
-	kernel := 0
-	for _, s := range c.kernel {
-		kernel += s
 	}
 	fmt.Fprintf(&out, "%s: all but idle: %.1f ms per pod (kernel %.1f), %d samples of %v\n", who, per(total), per(kernel), total, c.period)
 	return out.String()
