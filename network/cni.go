@@ -39,6 +39,9 @@ type CNI struct {
 	mu sync.Mutex
 	// list is the network in use: the last config that loaded.
 	list *libcni.NetworkConfigList
+	// noPorts is list less its portmap plugins, for pods that map no port; nil
+	// when list has none.
+	noPorts *libcni.NetworkConfigList
 	// listFile is the file list came from.
 	listFile string
 	// loadErr is the last load's failure (nil once a load succeeds).
@@ -122,7 +125,7 @@ func (c *CNI) runtimeConf(a Attachment, ifName string) *libcni.RuntimeConf {
 
 // Setup brings loopback up (directly over netlink: it needs no plugin) and attaches the pod to the network as eth0.
 func (c *CNI) Setup(ctx context.Context, a Attachment) (res *Result, err error) {
-	list, err := c.network()
+	list, err := c.networkFor(a)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +167,7 @@ func (c *CNI) Teardown(ctx context.Context, a Attachment) (err error) {
 		return err
 	}
 	if list == nil {
-		if list, err = c.network(); err != nil {
+		if list, err = c.networkFor(a); err != nil {
 			return err
 		}
 	} else {

@@ -122,3 +122,38 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	t.Cleanup(cancel)
 	return ctx, cancel
 }
+
+func TestWithoutPortmap(t *testing.T) {
+	parse := func(s string) *libcni.NetworkConfigList {
+		l, err := libcni.ConfListFromBytes([]byte(s))
+		require.NoError(t, err)
+		return l
+	}
+	list := parse(`{"cniVersion":"1.0.0","name":"pods","disableCheck":true,"plugins":[
+		{"type":"bridge","bridge":"br0","ipam":{"type":"host-local","ranges":[[{"subnet":"198.18.4.0/24"}]]}},
+		{"type":"portmap","capabilities":{"portMappings":true}},
+		{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}]}`)
+	out := withoutPortmap(list)
+	require.NotNil(t, out)
+	require.Equal(t, "pods", out.Name)
+	require.Equal(t, "1.0.0", out.CNIVersion)
+	require.True(t, out.DisableCheck)
+	var types []string
+	for _, p := range out.Plugins {
+		types = append(types, p.Network.Type)
+	}
+	require.Equal(t, []string{"bridge", "tuning"}, types)
+	// The kept plugins' configs are whole (the bridge's IPAM, tuning's sysctl), and
+	// Bytes, which ADD caches for DEL, parses to the same list.
+	require.JSONEq(t, `{"type":"bridge","bridge":"br0","ipam":{"type":"host-local","ranges":[[{"subnet":"198.18.4.0/24"}]]}}`, string(out.Plugins[0].Bytes))
+	require.JSONEq(t, `{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}`, string(out.Plugins[1].Bytes))
+	again := parse(string(out.Bytes))
+	require.Len(t, again.Plugins, 2)
+	require.Equal(t, "tuning", again.Plugins[1].Network.Type)
+	// The original is untouched.
+	require.Len(t, list.Plugins, 3)
+
+	// Nothing to drop, or nothing left: no second list.
+	require.Nil(t, withoutPortmap(parse(conflist("a"))))
+	require.Nil(t, withoutPortmap(parse(`{"cniVersion":"1.0.0","name":"p","plugins":[{"type":"portmap"}]}`)))
+}
