@@ -5,6 +5,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/critest/cluster"
+	"github.com/shimd/shimd/critest/harness"
 	"github.com/shimd/shimd/critest/kubelet"
 )
 
@@ -25,6 +27,9 @@ type densityResult struct {
 	startAll, deleteAll time.Duration
 	// The kubelet's own histograms at the end of the steady window.
 	metrics map[string]histogram
+	// shimd's shimd_rpc_duration_seconds once every pod has started (its handler's
+	// time, to set beside the kubelet's wait), with BENCH_SHIMD_METRICS; nil else.
+	handler map[string]histogram
 	// Each pod's start SLI and its four parts, from the kubelet's log (sliPhases).
 	phases map[string][]time.Duration
 	// Over the steady window: CPU in ms per s, memory at its end.
@@ -104,6 +109,9 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 	})
 	r.startAll = time.Since(t0)
 	time.Sleep(10 * time.Second) // the last pods' first probes and stats
+	if sock := os.Getenv("BENCH_SHIMD_METRICS"); sock != "" && tg.name == "shimd" {
+		r.handler = shimdHandlerTimes(b, sock)
+	}
 	klog, err := os.ReadFile(c.Kubelet.LogPath)
 	require.NoError(b, err)
 	r.phases, err = sliPhases(string(klog))
@@ -154,6 +162,18 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 	})
 	r.deleteAll = time.Since(t2)
 	return r
+}
+
+// shimdHandlerTimes reads shimd's own call latencies from its metrics socket.
+func shimdHandlerTimes(b *testing.B, sock string) map[string]histogram {
+	resp, err := harness.UnixHTTPClient(sock, 30*time.Second).Get("http://shimd/metrics")
+	require.NoError(b, err, "BENCH_SHIMD_METRICS")
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	require.NoError(b, err, "BENCH_SHIMD_METRICS")
+	h, err := parseHistograms(string(text), "shimd_rpc_duration_seconds")
+	require.NoError(b, err, "BENCH_SHIMD_METRICS")
+	return h
 }
 
 // densityDeployment is n busybox replicas that exit on SIGTERM, each with an exec
@@ -210,6 +230,16 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 		op := strings.TrimSuffix(strings.TrimPrefix(key, "kubelet_runtime_operations_duration_seconds{operation_type="), "}")
 		for _, q := range []float64{0.5, 0.99} {
 			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("runtime op %s p%.0f", op, q*100), hs.cell(q), hc.cell(q), hs.quantile(q)/hc.quantile(q))
+		}
+	}
+	if rs.handler != nil {
+		// The calls the kubelet timed above, as long as shimd's handler took
+		// (its interceptor's histogram; the warm-up's calls included).
+		for _, rpc := range []string{"RunPodSandbox", "PodSandboxStatus", "ImageStatus", "CreateContainer", "StartContainer"} {
+			h := rs.handler["shimd_rpc_duration_seconds{rpc="+rpc+"}"]
+			for _, q := range []float64{0.5, 0.99} {
+				fmt.Fprintf(out, "%-58s\t%s\t\t\t\n", fmt.Sprintf("in shimd's handler: %s p%.0f", rpc, q*100), h.cell(q))
+			}
 		}
 	}
 	for _, name := range sliPhaseNames {

@@ -17,7 +17,8 @@ type histogram struct {
 }
 
 // parseHistograms reads the histograms named from Prometheus text exposition. A series
-// whose only label besides le is operation_type is keyed name{operation_type=VALUE}; one
+// whose only label besides le is operation_type (the kubelet's) or rpc (shimd's) is
+// keyed name{operation_type=VALUE} or name{rpc=VALUE}; one
 // without labels by its name. Series with other labels are summed into their name.
 func parseHistograms(text string, names ...string) (map[string]histogram, error) {
 	type acc struct{ buckets map[float64]float64 }
@@ -78,12 +79,12 @@ func histKey(name, labels string) (key, le string) {
 		switch k {
 		case "le":
 			le = v
-		case "operation_type":
-			op = v
+		case "operation_type", "rpc":
+			op = k + "=" + v
 		}
 	}
 	if op != "" {
-		return name + "{operation_type=" + op + "}", le
+		return name + "{" + op + "}", le
 	}
 	return name, le
 }

@@ -51,3 +51,28 @@ func TestParseHistogramsAndQuantile(t *testing.T) {
 		t.Errorf("empty histogram quantile = %v", got)
 	}
 }
+
+// shimd's own histogram is keyed by its rpc label.
+func TestParseHistogramsByRPC(t *testing.T) {
+	hs, err := parseHistograms(`shimd_rpc_duration_seconds_bucket{rpc="ImageStatus",le="0.001"} 90
+shimd_rpc_duration_seconds_bucket{rpc="ImageStatus",le="0.005"} 100
+shimd_rpc_duration_seconds_bucket{rpc="ImageStatus",le="+Inf"} 100
+shimd_rpc_duration_seconds_count{rpc="ImageStatus"} 100
+shimd_rpc_duration_seconds_bucket{rpc="Version",le="0.001"} 3
+shimd_rpc_duration_seconds_bucket{rpc="Version",le="+Inf"} 3
+shimd_rpc_duration_seconds_count{rpc="Version"} 3
+`, "shimd_rpc_duration_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := hs["shimd_rpc_duration_seconds{rpc=ImageStatus}"]
+	if is.count != 100 {
+		t.Fatalf("ImageStatus: %+v (keys %v)", is, hs)
+	}
+	if got := is.quantile(0.95); math.Abs(got-0.003) > 1e-9 {
+		t.Errorf("ImageStatus p95 = %v, want 0.003", got)
+	}
+	if got := hs["shimd_rpc_duration_seconds{rpc=Version}"].count; got != 3 {
+		t.Errorf("Version count = %v", got)
+	}
+}
