@@ -79,20 +79,22 @@ func (c *CNI) Describe() string {
 // networkFor is the config list to attach or detach a with: the one in use, less
 // its portmap plugins when a maps no port (see withoutPortmap).
 func (c *CNI) networkFor(a Attachment) (*libcni.NetworkConfigList, error) {
-	list, err := c.network()
-	if err != nil || len(a.PortMappings) > 0 {
-		return list, err
+	list, noPorts, err := c.networks()
+	if err == nil && noPorts != nil && len(a.PortMappings) == 0 {
+		return noPorts, nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.list == list && c.noPorts != nil {
-		return c.noPorts, nil
-	}
-	return list, nil
+	return list, err
 }
 
 // network is the config list in use.
 func (c *CNI) network() (*libcni.NetworkConfigList, error) {
+	list, _, err := c.networks()
+	return list, err
+}
+
+// networks is the config list in use and, read with it, that list less its portmap
+// plugins (nil when it has none), loading the config first if none is loaded.
+func (c *CNI) networks() (list, noPorts *libcni.NetworkConfigList, err error) {
 	c.mu.Lock()
 	loaded := c.list != nil
 	c.mu.Unlock()
@@ -104,9 +106,9 @@ func (c *CNI) network() (*libcni.NetworkConfigList, error) {
 	if c.list == nil {
 		// A request that needs the network waits for the node's network add-on:
 		// FailedPrecondition, not a fault of shimd's.
-		return nil, fmt.Errorf("the pod network is not ready: %w: %w", c.loadErr, errdefs.ErrFailedPrecondition)
+		return nil, nil, fmt.Errorf("the pod network is not ready: %w: %w", c.loadErr, errdefs.ErrFailedPrecondition)
 	}
-	return c.list, nil
+	return c.list, c.noPorts, nil
 }
 
 // withoutPortmap is list less its plugins of type portmap, for pods that map no
