@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,11 +26,23 @@ import (
 // densityResult is one runtime's run of BenchmarkKubeletDensity.
 type densityResult struct {
 	startAll, deleteAll time.Duration
+	// The whole machine from the apply until every replica was ready.
+	startMachine machineSnap
+	// Over the same window, the processes' CPU and their threads' time runnable
+	// without a CPU: who waited while the pods started (threads that exited
+	// meanwhile not counted: see threadRunqs.since).
+	startRunq []namedRunq
 	// The kubelet's own histograms at the end of the steady window.
 	metrics map[string]histogram
 	// shimd's shimd_rpc_duration_seconds once every pod has started (its handler's
 	// time, to set beside the kubelet's wait), with BENCH_SHIMD_METRICS; nil else.
 	handler map[string]histogram
+	// The kubelet's API client once every pod has started: each verb's wait in its
+	// rate limiter (kubeAPIQPS, kubeAPIBurst) and its requests' latency.
+	client map[string]histogram
+	// Housekeepings over 1 s until every pod had started (the kubelet's log).
+	housekeeps     int
+	housekeepTotal time.Duration
 	// Each pod's start SLI and its four parts, from the kubelet's log (sliPhases).
 	phases map[string][]time.Duration
 	// Over the steady window: CPU in ms per s, memory at its end.
@@ -51,8 +64,9 @@ type densityResult struct {
 // only load, with the CPU and memory of the kubelet, the runtime's daemons and the
 // shims; then the time until deleting the Deployment leaves no pod in the API. shimd
 // (in BENCH_PAUSE's mode) and containerd's CRI share one containerd, runc and CNI
-// network; one cluster runs at a time (the host-wide kubelet lock), shimd first unless
-// BENCH_DENSITY_CRI_FIRST=1.
+// network, each warmed first by an untimed burst of BENCH_DENSITY_WARMUP_PODS (default
+// 20; 0 skips it) through CRI; one cluster runs at a time (the host-wide kubelet lock),
+// shimd first unless BENCH_DENSITY_CRI_FIRST=1.
 func BenchmarkKubeletDensity(b *testing.B) {
 	if _, err := os.Stat(kubelet.Binary()); err != nil {
 		b.Skipf("no kubelet at %s: build it with hack/tools.sh cluster", kubelet.Binary())
@@ -72,6 +86,16 @@ func BenchmarkKubeletDensity(b *testing.B) {
 		_, err := tg.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: benchBusybox}})
 		cancel()
 		require.NoError(b, err, tg.name)
+	}
+	// An untimed burst through each runtime first, as BenchmarkBurst's warm-up: the
+	// first side of a run that followed an idle machine started its pods up to three
+	// times slower in shimd's own handler than any later side (docs/benchmarks.md).
+	if warm := envInt("BENCH_DENSITY_WARMUP_PODS", 20); warm > 0 {
+		for _, tg := range turns(targets, first) {
+			tg.burstTeardown(b, -1, tg.burst(b, -1, warm))
+		}
+	}
+	for _, tg := range turns(targets, first) {
 		b.Run(tg.name, func(b *testing.B) {
 			res[tg] = tg.density(b, endpoints[tg], p.env.CNI.Gateway.String(), p.env.Containerd.Address(), n, steady)
 			b.ReportMetric(0, "ns/op")
@@ -95,6 +119,28 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 		}
 	})
 	r := &densityResult{steady: steady}
+	groups := []struct {
+		name string
+		pids []int
+	}{
+		{"kube-scheduler", []int{c.Scheduler.PID()}},
+		{"kube-apiserver + etcd", []int{c.APIServer.PID(), c.Etcd.PID()}},
+		{"kube-controller-manager", []int{c.ControllerManager.PID()}},
+		{"kubelet", []int{c.Kubelet.PID()}},
+		{"runtime daemons", tg.daemons},
+	}
+	runqs := func() []threadRunqs {
+		var rs []threadRunqs
+		for _, g := range groups {
+			r, err := runqOf(g.pids...)
+			require.NoError(b, err, g.name)
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	q0 := runqs()
+	m0, err := readMachine()
+	require.NoError(b, err)
 	t0 := time.Now()
 	c.Apply(b, densityDeployment(n))
 	c.WaitFor(b, time.Duration(n)*3*time.Second+2*time.Minute, fmt.Sprintf("%d ready replicas", n), func() error {
@@ -108,13 +154,25 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 		return nil
 	})
 	r.startAll = time.Since(t0)
+	m1, err := readMachine()
+	require.NoError(b, err)
+	r.startMachine = m1.since(m0)
+	for i, q := range runqs() {
+		r.startRunq = append(r.startRunq, namedRunq{groups[i].name, q.since(q0[i])})
+	}
 	time.Sleep(10 * time.Second) // the last pods' first probes and stats
 	if sock := os.Getenv("BENCH_SHIMD_METRICS"); sock != "" && tg.name == "shimd" {
 		r.handler = shimdHandlerTimes(b, sock)
 	}
+	text, err := c.Kubelet.Get("/metrics")
+	require.NoError(b, err)
+	r.client, err = parseHistograms(string(text), clientLimiter, clientLatency, statusSync)
+	require.NoError(b, err)
 	klog, err := os.ReadFile(c.Kubelet.LogPath)
 	require.NoError(b, err)
 	r.phases, err = sliPhases(string(klog))
+	require.NoError(b, err, "the kubelet's log")
+	r.housekeeps, r.housekeepTotal, err = housekeepingOverruns(string(klog))
 	require.NoError(b, err, "the kubelet's log")
 
 	kpid := c.Kubelet.PID()
@@ -142,7 +200,7 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 	}
 	r.shimCPU = ms(shimCPU) / secs
 
-	text, err := c.Kubelet.Get("/metrics")
+	text, err = c.Kubelet.Get("/metrics")
 	require.NoError(b, err)
 	r.metrics, err = parseHistograms(string(text), "kubelet_pod_start_sli_duration_seconds", "kubelet_pod_start_duration_seconds", "kubelet_runtime_operations_duration_seconds")
 	require.NoError(b, err)
@@ -161,8 +219,27 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 		return nil
 	})
 	r.deleteAll = time.Since(t2)
+	if dir := os.Getenv("BENCH_DENSITY_LOG_DIR"); dir != "" {
+		klog, err := os.ReadFile(c.Kubelet.LogPath)
+		require.NoError(b, err)
+		require.NoError(b, os.MkdirAll(dir, 0o755))
+		require.NoError(b, os.WriteFile(filepath.Join(dir, "kubelet-"+tg.name+".log"), klog, 0o644))
+	}
 	return r
 }
+
+type namedRunq struct {
+	name string
+	runq
+}
+
+// client-go's histograms in the kubelet's metrics.
+const (
+	clientLimiter = "rest_client_rate_limiter_duration_seconds"
+	clientLatency = "rest_client_request_duration_seconds"
+	// The status manager's time from a pod's status change to its write.
+	statusSync = "kubelet_pod_status_sync_duration_seconds"
+)
 
 // shimdHandlerTimes reads shimd's own call latencies from its metrics socket.
 func shimdHandlerTimes(b *testing.B, sock string) map[string]histogram {
@@ -206,6 +283,7 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 	fmt.Printf("\nkubelet density: %d pods of a Deployment on a one-node cluster (kubelet %s), exec readiness probe every 10 s; steady state %s (shimd: sandbox.pause = %s). "+
 		"Percentiles come from the kubelet's histograms (interpolated in the bucket, as Prometheus' histogram_quantile) and name their samples.\n",
 		n, kubelet.Version(), rs.steady, pauseMode())
+	fmt.Println("The kubelets' API client at its defaults: kubeAPIQPS 50, kubeAPIBurst 100.")
 	out := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(out, "%-58s\tshimd\tcontainerd CRI\tratio\t\n", "")
 	row := func(name string, s, c float64, unit string) {
@@ -235,12 +313,34 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 	if rs.handler != nil {
 		// The calls the kubelet timed above, as long as shimd's handler took
 		// (its interceptor's histogram; the warm-up's calls included).
-		for _, rpc := range []string{"RunPodSandbox", "PodSandboxStatus", "ImageStatus", "CreateContainer", "StartContainer"} {
+		for _, rpc := range []string{"RunPodSandbox", "PodSandboxStatus", "ImageStatus", "CreateContainer", "StartContainer", "ListPodSandbox", "ListContainers"} {
 			h := rs.handler["shimd_rpc_duration_seconds{rpc="+rpc+"}"]
 			for _, q := range []float64{0.5, 0.99} {
 				fmt.Fprintf(out, "%-58s\t%s\t\t\t\n", fmt.Sprintf("in shimd's handler: %s p%.0f", rpc, q*100), h.cell(q))
 			}
 		}
+	}
+	fmt.Fprintf(out, "%-58s\t%d, %.1f s\t%d, %.1f s\t\t\n", "housekeepings over 1 s until all started, their time", rs.housekeeps, rs.housekeepTotal.Seconds(), rc.housekeeps, rc.housekeepTotal.Seconds())
+	ss, sc := rs.client[statusSync], rc.client[statusSync]
+	fmt.Fprintf(out, "%-58s\t%.0f\t%.0f\t\t\n", "status writes until all started", ss.count, sc.count)
+	row("  from the status change to its write, mean", 1000*ss.sum/ss.count, 1000*sc.sum/sc.count, "ms")
+	for _, q := range []float64{0.5, 0.99} {
+		fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("  from the status change to its write p%.0f", q*100), ss.cell(q), sc.cell(q), ss.quantile(q)/sc.quantile(q))
+	}
+	// The kubelet's requests to the API server until every pod had started: how
+	// long each verb waited for the client's rate limiter, in all and per request.
+	for _, verb := range []string{"GET", "PATCH", "POST", "PUT"} {
+		ls, lc := rs.client[clientLimiter+"{verb="+verb+"}"], rc.client[clientLimiter+"{verb="+verb+"}"]
+		if ls.count == 0 && lc.count == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "%-58s\t%.0f\t%.0f\t\t\n", "kubelet API requests until all started: "+verb, ls.count, lc.count)
+		row("  their waits in the client's rate limiter, summed", ls.sum, lc.sum, "s")
+		for _, q := range []float64{0.5, 0.99} {
+			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("  rate-limiter wait p%.0f", q*100), ls.cell(q), lc.cell(q), ls.quantile(q)/lc.quantile(q))
+		}
+		hs, hc := rs.client[clientLatency+"{verb="+verb+"}"], rc.client[clientLatency+"{verb="+verb+"}"]
+		fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", "  request latency p50", hs.cell(0.5), hc.cell(0.5), hs.quantile(0.5)/hc.quantile(0.5))
 	}
 	for _, name := range sliPhaseNames {
 		s, c := rs.phases[name], rc.phases[name]
@@ -253,6 +353,18 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 		}
 	}
 	row(fmt.Sprintf("all %d replicas ready, from apply", n), rs.startAll.Seconds(), rc.startAll.Seconds(), "s")
+	for _, m := range []struct {
+		name string
+		s, c time.Duration
+	}{{"user", rs.startMachine.user, rc.startMachine.user}, {"system", rs.startMachine.system, rc.startMachine.system},
+		{"iowait", rs.startMachine.iowait, rc.startMachine.iowait}, {"steal", rs.startMachine.steal, rc.startMachine.steal}} {
+		row("  the machine's CPU meanwhile: "+m.name, m.s.Seconds(), m.c.Seconds(), "s")
+	}
+	for i := range rs.startRunq {
+		s, c := rs.startRunq[i], rc.startRunq[i]
+		row("  "+s.name+": CPU of its live threads", s.cpu.Seconds(), c.cpu.Seconds(), "s")
+		row("  "+s.name+": waiting for a CPU, its live threads' sum", s.wait.Seconds(), c.wait.Seconds(), "s")
+	}
 	row("steady CPU: kubelet", rs.kubeletCPU, rc.kubeletCPU, "ms/s")
 	row("steady CPU: runtime daemons", rs.runtimeCPU, rc.runtimeCPU, "ms/s")
 	row(fmt.Sprintf("steady CPU: shims (%d and %d)", rs.shims, rc.shims), rs.shimCPU, rc.shimCPU, "ms/s")

@@ -14,16 +14,18 @@ type histogram struct {
 	bounds []float64 // sorted, +Inf last
 	counts []float64 // cumulative
 	count  float64
+	sum    float64 // of the observations
 }
 
-// parseHistograms reads the histograms named from Prometheus text exposition. A series
-// whose only label besides le is operation_type (the kubelet's) or rpc (shimd's) is
-// keyed name{operation_type=VALUE} or name{rpc=VALUE}; one
-// without labels by its name. Series with other labels are summed into their name.
+// parseHistograms reads the histograms named from Prometheus text exposition (buckets,
+// count and sum). A series
+// with an operation_type (the kubelet's), rpc (shimd's) or verb (client-go's) label is
+// keyed name{LABEL=VALUE}, its other labels summed in; one without them by its name,
+// all its series summed.
 func parseHistograms(text string, names ...string) (map[string]histogram, error) {
 	type acc struct{ buckets map[float64]float64 }
 	accs := map[string]*acc{}
-	counts := map[string]float64{}
+	counts, sums := map[string]float64{}, map[string]float64{}
 	for _, line := range strings.Split(text, "\n") {
 		if line == "" || line[0] == '#' {
 			continue
@@ -52,12 +54,15 @@ func parseHistograms(text string, names ...string) (map[string]histogram, error)
 			case name + "_count":
 				key, _ := histKey(name, labels)
 				counts[key] += v
+			case name + "_sum":
+				key, _ := histKey(name, labels)
+				sums[key] += v
 			}
 		}
 	}
 	out := map[string]histogram{}
 	for key, a := range accs {
-		h := histogram{count: counts[key]}
+		h := histogram{count: counts[key], sum: sums[key]}
 		for bound := range a.buckets {
 			h.bounds = append(h.bounds, bound)
 		}
@@ -79,7 +84,7 @@ func histKey(name, labels string) (key, le string) {
 		switch k {
 		case "le":
 			le = v
-		case "operation_type", "rpc":
+		case "operation_type", "rpc", "verb":
 			op = k + "=" + v
 		}
 	}

@@ -76,3 +76,33 @@ shimd_rpc_duration_seconds_count{rpc="Version"} 3
 		t.Errorf("Version count = %v", got)
 	}
 }
+
+// client-go's histograms are keyed by verb, their hosts summed, with their sums.
+func TestParseHistogramsByVerbWithSum(t *testing.T) {
+	hs, err := parseHistograms(`rest_client_rate_limiter_duration_seconds_bucket{host="a",verb="GET",le="0.005"} 3
+rest_client_rate_limiter_duration_seconds_bucket{host="a",verb="GET",le="+Inf"} 4
+rest_client_rate_limiter_duration_seconds_sum{host="a",verb="GET"} 1.5
+rest_client_rate_limiter_duration_seconds_count{host="a",verb="GET"} 4
+rest_client_rate_limiter_duration_seconds_bucket{host="b",verb="GET",le="0.005"} 1
+rest_client_rate_limiter_duration_seconds_bucket{host="b",verb="GET",le="+Inf"} 1
+rest_client_rate_limiter_duration_seconds_sum{host="b",verb="GET"} 0.001
+rest_client_rate_limiter_duration_seconds_count{host="b",verb="GET"} 1
+rest_client_rate_limiter_duration_seconds_bucket{host="a",verb="PATCH",le="0.005"} 0
+rest_client_rate_limiter_duration_seconds_bucket{host="a",verb="PATCH",le="+Inf"} 2
+rest_client_rate_limiter_duration_seconds_sum{host="a",verb="PATCH"} 3
+rest_client_rate_limiter_duration_seconds_count{host="a",verb="PATCH"} 2
+`, "rest_client_rate_limiter_duration_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get, patch := hs["rest_client_rate_limiter_duration_seconds{verb=GET}"], hs["rest_client_rate_limiter_duration_seconds{verb=PATCH}"]
+	if get.count != 5 || math.Abs(get.sum-1.501) > 1e-9 || get.counts[0] != 4 {
+		t.Errorf("GET = %+v, want count 5, sum 1.501, 4 in the first bucket", get)
+	}
+	if patch.count != 2 || patch.sum != 3 {
+		t.Errorf("PATCH = %+v, want count 2, sum 3", patch)
+	}
+	if len(hs) != 2 {
+		t.Errorf("%d series, want 2: %v", len(hs), hs)
+	}
+}

@@ -159,3 +159,22 @@ func goTime(s string) (time.Time, error) {
 	s, _, _ = strings.Cut(s, " m=")
 	return time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", s)
 }
+
+// housekeepingOverruns reads a kubelet log's "Housekeeping took longer than
+// expected" errors (each housekeeping over 1 s, logged at every level): how many and
+// how long in all. Housekeeping (HandlePodCleanups, which lists the runtime's pods)
+// runs in the kubelet's sync loop, so while it runs no pod is added ("SyncLoop ADD")
+// and no PLEG event is handled.
+func housekeepingOverruns(log string) (n int, total time.Duration, err error) {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `"Housekeeping took longer than expected"`) {
+			continue
+		}
+		d, err := time.ParseDuration(logField(line, "actual"))
+		if err != nil {
+			return 0, 0, fmt.Errorf("housekeeping line %q: %w", line, err)
+		}
+		n, total = n+1, total+d
+	}
+	return n, total, nil
+}

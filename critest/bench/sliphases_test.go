@@ -55,3 +55,17 @@ I1129 15:30:27.000000    6889 pod_startup_latency_tracker.go:144] "Observed pod 
 		t.Error("a time that does not parse was taken")
 	}
 }
+
+func TestHousekeepingOverruns(t *testing.T) {
+	log := `I1130 12:00:00.000000    1 kubelet.go:2790] "SyncLoop ADD" source="api" pods=["default/a"]
+E1130 12:00:02.000000    1 kubelet.go:2860] "Housekeeping took longer than expected" err="housekeeping took too long" expected="1s" actual="1.25s"
+E1130 12:00:05.000000    1 kubelet.go:2860] "Housekeeping took longer than expected" err="housekeeping took too long" expected="1s" actual="2.5s"
+`
+	n, total, err := housekeepingOverruns(log)
+	if err != nil || n != 2 || total != 3750*time.Millisecond {
+		t.Errorf("got %d, %v, %v; want 2, 3.75s, nil", n, total, err)
+	}
+	if _, _, err := housekeepingOverruns(`E1130 "Housekeeping took longer than expected" actual="soon"`); err == nil {
+		t.Error("an unreadable duration read without error")
+	}
+}
