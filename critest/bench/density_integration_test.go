@@ -138,6 +138,17 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 		}
 		return rs
 	}
+	// The test's own watch, to split the pods' arrival at the kubelet (arrival.go).
+	wctx, wcancel := context.WithCancel(context.Background())
+	watch := c.KubectlCmd(wctx, "get", "pods", "-l", "app=density", "-w", "--output-watch-events", "-o",
+		`jsonpath={.type} {.object.metadata.namespace}/{.object.metadata.name} {.object.spec.nodeName}{"\n"}`)
+	wout, err := watch.StdoutPipe()
+	require.NoError(b, err)
+	require.NoError(b, watch.Start())
+	b.Cleanup(func() { wcancel(); _ = watch.Wait() })
+	seenc := make(chan map[string]podSeen, 1)
+	go func() { seenc <- watchArrivals(wout, time.Now) }()
+	time.Sleep(3 * time.Second) // its list and watch begin before the first pod
 	q0 := runqs()
 	m0, err := readMachine()
 	require.NoError(b, err)
@@ -172,6 +183,12 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 	require.NoError(b, err)
 	r.phases, err = sliPhases(string(klog))
 	require.NoError(b, err, "the kubelet's log")
+	wcancel()
+	arrivals, err := arrivalPhases(string(klog), <-seenc)
+	require.NoError(b, err, "the kubelet's log")
+	for k, v := range arrivals {
+		r.phases[k] = v
+	}
 	r.housekeeps, r.housekeepTotal, err = housekeepingOverruns(string(klog))
 	require.NoError(b, err, "the kubelet's log")
 
@@ -342,7 +359,8 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 		hs, hc := rs.client[clientLatency+"{verb="+verb+"}"], rc.client[clientLatency+"{verb="+verb+"}"]
 		fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", "  request latency p50", hs.cell(0.5), hc.cell(0.5), hs.quantile(0.5)/hc.quantile(0.5))
 	}
-	for _, name := range sliPhaseNames {
+	names := append(sliPhaseNames[:2:2], phaseBind, phaseDeliver)
+	for _, name := range append(names, sliPhaseNames[2:]...) {
 		s, c := rs.phases[name], rc.phases[name]
 		for _, p := range []float64{50, 99} {
 			label := "SLI part: " + name
