@@ -50,15 +50,8 @@ func arrivalPhases(log string, seen map[string]podSeen) (map[string][]time.Durat
 	out := map[string][]time.Duration{}
 	done := map[string]bool{}
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, `"SyncLoop ADD"`) || logField(line, "source") != "api" {
-			continue
-		}
-		stamp, ok := stampOf(line)
-		if !ok {
-			continue
-		}
-		for _, p := range strings.Split(strings.Trim(logField(line, "pods"), "[]"), ",") {
-			p = strings.Trim(p, `"`)
+		stamp, pods := apiAdd(line)
+		for _, p := range pods {
 			s, ok := seen[p]
 			if !ok || done[p] || s.bound.IsZero() {
 				continue

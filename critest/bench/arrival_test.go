@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,19 +40,7 @@ I1130 13:10:40.000000    1 kubelet.go:2760] "SyncLoop ADD" source="api" pods=["d
 	}
 	wantBind := []time.Duration{200 * time.Millisecond, 0}
 	wantDeliver := []time.Duration{time.Second, time.Second}
-	if !equalDurations(got[phaseBind], wantBind) || !equalDurations(got[phaseDeliver], wantDeliver) {
+	if !slices.Equal(got[phaseBind], wantBind) || !slices.Equal(got[phaseDeliver], wantDeliver) {
 		t.Errorf("got %v, want bind %v, deliver %v", got, wantBind, wantDeliver)
 	}
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -18,10 +18,9 @@ type histogram struct {
 }
 
 // parseHistograms reads the histograms named from Prometheus text exposition (buckets,
-// count and sum). A series
-// with an operation_type (the kubelet's), rpc (shimd's) or verb (client-go's) label is
-// keyed name{LABEL=VALUE}, its other labels summed in; one without them by its name,
-// all its series summed.
+// count and sum). A series with an operation_type (the kubelet's), rpc (shimd's) or
+// verb (client-go's) label is keyed name{LABEL=VALUE}, its other labels summed in; one
+// without them by its name, all its series summed.
 func parseHistograms(text string, names ...string) (map[string]histogram, error) {
 	type acc struct{ buckets map[float64]float64 }
 	accs := map[string]*acc{}

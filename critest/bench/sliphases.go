@@ -45,14 +45,10 @@ func sliPhases(log string) (map[string][]time.Duration, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case strings.Contains(line, `"SyncLoop ADD"`) && logField(line, "source") == "api":
-			at, ok := stampOf(line)
-			if !ok {
-				continue
-			}
-			for _, p := range strings.Split(strings.Trim(logField(line, "pods"), "[]"), ",") {
-				p = strings.Trim(p, `"`)
-				if _, dup := added[p]; p != "" && !dup {
+		case strings.Contains(line, `"SyncLoop ADD"`):
+			at, pods := apiAdd(line)
+			for _, p := range pods {
+				if _, dup := added[p]; !dup {
 					added[p] = at
 				}
 			}
@@ -158,6 +154,25 @@ func (k klogStamp) near(near time.Time) (time.Time, error) {
 func goTime(s string) (time.Time, error) {
 	s, _, _ = strings.Cut(s, " m=")
 	return time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", s)
+}
+
+// apiAdd is the stamp and the pods of a kubelet's "SyncLoop ADD" line from the API
+// server; no pods for any other line.
+func apiAdd(line string) (klogStamp, []string) {
+	if !strings.Contains(line, `"SyncLoop ADD"`) || logField(line, "source") != "api" {
+		return klogStamp{}, nil
+	}
+	at, ok := stampOf(line)
+	if !ok {
+		return klogStamp{}, nil
+	}
+	var pods []string
+	for _, p := range strings.Split(strings.Trim(logField(line, "pods"), "[]"), ",") {
+		if p = strings.Trim(p, `"`); p != "" {
+			pods = append(pods, p)
+		}
+	}
+	return at, pods
 }
 
 // housekeepingOverruns reads a kubelet log's "Housekeeping took longer than
