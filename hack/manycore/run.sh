@@ -5,7 +5,9 @@
 # hack/manycore/bundle.sh. Logs go to $OUT (default /tmp/manycore-out).
 # MC_BURST (default 100,200), MC_BURST_ROUNDS (2), MC_POLL (250), MC_POLL_WINDOW (60s),
 # MC_BURST_ALWAYS (100: a burst with pause = "always"), MC_TIMEOUT (seconds each
-# benchmark may run, 300), MC_PULL (empty: skipped; else PULL_ROUNDS for
+# benchmark may run, 300), MC_DEADLINE (seconds after the script's start by which every
+# benchmark must have ended, so that a device lease's command returns its logs; none by
+# default), MC_PULL_CASES (PULL_CASES, default all three), MC_PULL (empty: skipped; else PULL_ROUNDS for
 # BenchmarkPullScale, whose images are built there from the host's /usr; MC_PULL_SLOW_MIBS
 # its slow link, MC_PULL_STALL=0 leaves out its stalled blob). An MC_BURST,
 # MC_POLL or MC_BURST_ALWAYS set empty skips that benchmark.
@@ -28,20 +30,29 @@ export SHIMD_TOOLS=$W/tools SHIMD_BIN=$W/shimd SHIMD_REGISTRY_STORAGE=$W/reg SHI
 cat "$OUT/host.txt"
 bench() { # name, -bench regexp, env...
 	local name=$1 re=$2; shift 2
-	echo "== $name: $*"
-	env "$@" timeout -k 10 "${MC_TIMEOUT:-300}" "$W/bench.test" -test.run '^$' -test.bench "$re" -test.benchtime 1x -test.v -test.timeout 30m >"$OUT/$name.log" 2>&1
+	local limit=${MC_TIMEOUT:-300}
+	if [ -n "${MC_DEADLINE-}" ]; then
+		local left=$((MC_DEADLINE - SECONDS - 15))
+		if [ "$left" -lt 30 ]; then
+			echo "== $name: skipped, ${left}s left before MC_DEADLINE"
+			return
+		fi
+		[ "$left" -lt "$limit" ] && limit=$left
+	fi
+	echo "== $name: $* (at most ${limit}s)"
+	env "$@" timeout -k 10 "$limit" "$W/bench.test" -test.run '^$' -test.bench "$re" -test.benchtime 1x -test.v -test.timeout 30m >"$OUT/$name.log" 2>&1
 	echo "== $name: rc=$? in ${SECONDS}s total"
 	grep -E '^(burst|polling|shimd|containerd|---|ok|FAIL|PASS)|ratio|x$' "$OUT/$name.log" | head -80
 }
 if [ -n "${MC_BURST-100,200}" ]; then
 	bench burst Burst BENCH_BURST_PODS="${MC_BURST-100,200}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
 fi
-if [ -n "${MC_POLL-250}" ]; then
-	bench poll Polling POLL_PODS="${MC_POLL-250}" POLL_WINDOW="${MC_POLL_WINDOW:-60s}"
-fi
 if [ -n "${MC_BURST_ALWAYS-100}" ]; then
 	bench burst-always Burst BENCH_PAUSE=always BENCH_BURST_PODS="${MC_BURST_ALWAYS-100}" BENCH_BURST_ROUNDS="${MC_BURST_ROUNDS:-2}"
 fi
+if [ -n "${MC_POLL-250}" ]; then
+	bench poll Polling POLL_PODS="${MC_POLL-250}" POLL_WINDOW="${MC_POLL_WINDOW:-60s}"
+fi
 if [ -n "${MC_PULL-}" ]; then
-	bench pull PullScale PULL_ROUNDS="$MC_PULL" PULL_CACHE=/tmp/shimd-pull-cache PULL_SLOW_MIBS="${MC_PULL_SLOW_MIBS:-25}" PULL_STALL="${MC_PULL_STALL:-1}"
+	bench pull PullScale PULL_ROUNDS="$MC_PULL" PULL_CACHE=/tmp/shimd-pull-cache PULL_SLOW_MIBS="${MC_PULL_SLOW_MIBS:-25}" PULL_STALL="${MC_PULL_STALL:-1}" PULL_CASES="${MC_PULL_CASES-}"
 fi
