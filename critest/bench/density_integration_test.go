@@ -66,7 +66,9 @@ type densityResult struct {
 // (in BENCH_PAUSE's mode) and containerd's CRI share one containerd, runc and CNI
 // network, each warmed first by an untimed burst of BENCH_DENSITY_WARMUP_PODS (default
 // 20; 0 skips it) through CRI; one cluster runs at a time (the host-wide kubelet lock),
-// shimd first unless BENCH_DENSITY_CRI_FIRST=1.
+// shimd first unless BENCH_DENSITY_CRI_FIRST=1. BENCH_DENSITY_KUBELET_V sets the
+// kubelets' --v (default 2; at 4 BENCH_DENSITY_LOG_DIR's logs show what their sync
+// loops did between a pod's binding and its SyncLoop ADD).
 func BenchmarkKubeletDensity(b *testing.B) {
 	if _, err := os.Stat(kubelet.Binary()); err != nil {
 		b.Skipf("no kubelet at %s: build it with hack/tools.sh cluster", kubelet.Binary())
@@ -110,7 +112,8 @@ func BenchmarkKubeletDensity(b *testing.B) {
 // density runs one runtime's cluster and measures it.
 func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n int, steady time.Duration) *densityResult {
 	cfg := map[string]any{"maxPods": max(110, n)}
-	c := cluster.Start(b, cluster.Options{RuntimeEndpoint: endpoint, NodeName: "density-" + tg.name, NodeIP: nodeIP, KubeletConfig: cfg})
+	c := cluster.Start(b, cluster.Options{RuntimeEndpoint: endpoint, NodeName: "density-" + tg.name, NodeIP: nodeIP, KubeletConfig: cfg,
+		KubeletVerbosity: envInt("BENCH_DENSITY_KUBELET_V", 0)})
 	// Runs before the cluster's own cleanups: what the kubelet left stopped goes through
 	// CRI, as its container GC would, so the pair's check finds nothing listed.
 	b.Cleanup(func() {

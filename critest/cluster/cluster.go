@@ -55,6 +55,8 @@ type Options struct {
 	// ExternalKubelet: no kubelet is started; the caller runs one elsewhere (a
 	// virtual machine) with KubeletKubeconfig and waits with WaitNodeReady.
 	ExternalKubelet bool
+	// KubeletVerbosity is the kubelet's --v (kubelet.Options.Verbosity); 0: 2.
+	KubeletVerbosity int
 }
 
 // Cluster is etcd, an API server, a controller manager, a scheduler and a kubelet on
@@ -183,6 +185,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			Kubeconfig:      filepath.Join(c.Dir, "kubelet.kubeconfig"),
 			Config:          opts.KubeletConfig,
 			NodeIP:          opts.NodeIP,
+			Verbosity:       opts.KubeletVerbosity,
 		})
 		c.WaitNodeReady(t, 3*time.Minute)
 	}

@@ -4,6 +4,7 @@ package kubelet
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,9 @@ type Options struct {
 	// Port is the authenticated API's port for the first start; 0: a free one.
 	// Taken by then, the kubelet gets a free one (Start).
 	Port int
+	// Verbosity is the kubelet's --v; 0: 2. At 4 its log has each sync loop
+	// iteration's kind (housekeeping with its duration, SYNC, RECONCILE).
+	Verbosity int
 }
 
 // Kubelet is a standalone kubelet started by Start.
@@ -221,7 +225,7 @@ func (k *Kubelet) args() []string {
 		"--container-runtime-endpoint", k.opts.RuntimeEndpoint,
 		"--hostname-override", k.opts.NodeName,
 		"--node-ip", k.opts.NodeIP,
-		"--v", "2",
+		"--v", strconv.Itoa(cmp.Or(k.opts.Verbosity, 2)),
 	}
 	if k.opts.Kubeconfig != "" {
 		args = append(args, "--kubeconfig", k.opts.Kubeconfig)
