@@ -45,6 +45,10 @@ type densityResult struct {
 	housekeepTotal time.Duration
 	// Each pod's start SLI and its four parts, from the kubelet's log (sliPhases).
 	phases map[string][]time.Duration
+	// What the kubelet's sync loop did while the pods arrived: only from a kubelet at
+	// --v=4 (BENCH_DENSITY_KUBELET_V), loopOK.
+	loop   syncLoopWindow
+	loopOK bool
 	// Over the steady window: CPU in ms per s, memory at its end.
 	kubeletCPU, runtimeCPU, shimCPU float64
 	kubeletRSS, runtimeRSS, shimRSS int64
@@ -193,6 +197,8 @@ func (tg *target) density(b *testing.B, endpoint, nodeIP, shimAddress string, n 
 		r.phases[k] = v
 	}
 	r.housekeeps, r.housekeepTotal, err = housekeepingOverruns(string(klog))
+	require.NoError(b, err, "the kubelet's log")
+	r.loop, r.loopOK, err = syncLoopQueue(string(klog), time.Now())
 	require.NoError(b, err, "the kubelet's log")
 
 	kpid := c.Kubelet.PID()
@@ -372,6 +378,17 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 			}
 			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("%s p%.0f", label, p), pctCell(s, p), pctCell(c, p), ms(percentile(s, p))/ms(percentile(c, p)))
 		}
+	}
+	if rs.loopOK && rc.loopOK {
+		ls, lc := rs.loop, rc.loop
+		for _, p := range []float64{50, 99} {
+			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("sync loop: received → SyncLoop ADD p%.0f", p), pctCell(ls.received, p), pctCell(lc.received, p), ms(percentile(ls.received, p))/ms(percentile(lc.received, p)))
+		}
+		row("  the arrival window, first receipt → last ADD", ls.window.Seconds(), lc.window.Seconds(), "s")
+		row("  in it, the loop in HandlePodAdditions, summed", ls.addingSum().Seconds(), lc.addingSum().Seconds(), "s")
+		fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", "  HandlePodAdditions per ADD p50", pctCell(ls.adding, 50), pctCell(lc.adding, 50), ms(percentile(ls.adding, 50))/ms(percentile(lc.adding, 50)))
+		row("  in it, housekeeping", ls.housekeeping.Seconds(), lc.housekeeping.Seconds(), "s")
+		fmt.Fprintf(out, "%-58s\t%d / %d\t%d / %d\t\t\n", "  in it, PLEG events / probe results handled", ls.pleg, ls.probes, lc.pleg, lc.probes)
 	}
 	row(fmt.Sprintf("all %d replicas ready, from apply", n), rs.startAll.Seconds(), rc.startAll.Seconds(), "s")
 	for _, m := range []struct {
