@@ -368,25 +368,28 @@ func reportDensity(b *testing.B, n int, sh, cd *target, res map[*target]*density
 		hs, hc := rs.client[clientLatency+"{verb="+verb+"}"], rc.client[clientLatency+"{verb="+verb+"}"]
 		fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", "  request latency p50", hs.cell(0.5), hc.cell(0.5), hs.quantile(0.5)/hc.quantile(0.5))
 	}
+	// pctRow prints the p-th percentile of each side's samples and their ratio.
+	pctRow := func(label string, s, c []time.Duration, p float64) {
+		fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("%s p%.0f", label, p), pctCell(s, p), pctCell(c, p), ms(percentile(s, p))/ms(percentile(c, p)))
+	}
 	names := append(sliPhaseNames[:2:2], phaseBind, phaseDeliver)
 	for _, name := range append(names, sliPhaseNames[2:]...) {
-		s, c := rs.phases[name], rc.phases[name]
+		label := "SLI part: " + name
+		if name == phaseSLI {
+			label = name
+		}
 		for _, p := range []float64{50, 99} {
-			label := "SLI part: " + name
-			if name == phaseSLI {
-				label = name
-			}
-			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("%s p%.0f", label, p), pctCell(s, p), pctCell(c, p), ms(percentile(s, p))/ms(percentile(c, p)))
+			pctRow(label, rs.phases[name], rc.phases[name], p)
 		}
 	}
 	if rs.loopOK && rc.loopOK {
 		ls, lc := rs.loop, rc.loop
 		for _, p := range []float64{50, 99} {
-			fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", fmt.Sprintf("sync loop: received → SyncLoop ADD p%.0f", p), pctCell(ls.received, p), pctCell(lc.received, p), ms(percentile(ls.received, p))/ms(percentile(lc.received, p)))
+			pctRow("sync loop: received → SyncLoop ADD", ls.received, lc.received, p)
 		}
 		row("  the arrival window, first receipt → last ADD", ls.window.Seconds(), lc.window.Seconds(), "s")
 		row("  in it, the loop in HandlePodAdditions, summed", ls.addingSum().Seconds(), lc.addingSum().Seconds(), "s")
-		fmt.Fprintf(out, "%-58s\t%s\t%s\t%.2fx\t\n", "  HandlePodAdditions per ADD p50", pctCell(ls.adding, 50), pctCell(lc.adding, 50), ms(percentile(ls.adding, 50))/ms(percentile(lc.adding, 50)))
+		pctRow("  HandlePodAdditions per ADD", ls.adding, lc.adding, 50)
 		row("  in it, housekeeping", ls.housekeeping.Seconds(), lc.housekeeping.Seconds(), "s")
 		fmt.Fprintf(out, "%-58s\t%d / %d\t%d / %d\t\t\n", "  in it, PLEG events / probe results handled", ls.pleg, ls.probes, lc.pleg, lc.probes)
 	}

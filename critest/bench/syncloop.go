@@ -17,7 +17,8 @@ type syncLoopWindow struct {
 	// merge of it) to its "SyncLoop ADD": the queue in front of the sync loop.
 	received []time.Duration
 	// adding is each ADD's share of the loop: from its line, written before
-	// HandlePodAdditions runs, to the loop's next line.
+	// HandlePodAdditions runs, to the loop's next line; for every ADD in the window
+	// but the last, whose next line can come after an idle wait.
 	adding []time.Duration
 	// housekeeping sums the durations of "SyncLoop (housekeeping) end" in the window.
 	housekeeping time.Duration
@@ -32,20 +33,27 @@ func syncLoopQueue(log string, ref time.Time) (w syncLoopWindow, ok bool, err er
 		at   time.Time
 		kind string
 	}
+	type housekeepingEnd struct {
+		at time.Time
+		d  time.Duration
+	}
 	received, added := map[string]time.Time{}, map[string]time.Time{}
 	var loop []loopLine
-	var hk []loopLine // housekeeping ends, kind holding the duration
+	var hk []housekeepingEnd
 	sc := bufio.NewScanner(strings.NewReader(log))
 	sc.Buffer(make([]byte, 0, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		stamp, isInfo := stampOf(line)
 		_, msg, found := strings.Cut(line, `] "`)
-		if !isInfo || !found {
+		if !found {
 			continue
 		}
 		kind, _, _ := strings.Cut(msg, `"`)
 		if kind != "Receiving a new pod" && !strings.HasPrefix(kind, "SyncLoop ") {
+			continue
+		}
+		stamp, isInfo := stampOf(line)
+		if !isInfo {
 			continue
 		}
 		at, err := stamp.near(ref)
@@ -60,7 +68,11 @@ func syncLoopQueue(log string, ref time.Time) (w syncLoopWindow, ok bool, err er
 				}
 			}
 		case kind == "SyncLoop (housekeeping) end":
-			hk = append(hk, loopLine{at, logField(line, "duration")})
+			d, err := time.ParseDuration(logField(line, "duration"))
+			if err != nil {
+				return w, false, fmt.Errorf("housekeeping duration in %q: %w", line, err)
+			}
+			hk = append(hk, housekeepingEnd{at, d})
 		default:
 			loop = append(loop, loopLine{at, kind})
 			_, pods := apiAdd(line)
@@ -102,8 +114,11 @@ func syncLoopQueue(log string, ref time.Time) (w syncLoopWindow, ok bool, err er
 			continue
 		}
 		switch {
-		case l.kind == "SyncLoop ADD" && i+1 < len(loop):
-			w.adding = append(w.adding, loop[i+1].at.Sub(l.at))
+		case l.kind == "SyncLoop ADD":
+			// The last ADD ends the window; the loop may sit idle after it.
+			if i+1 < len(loop) && in(loop[i+1].at) {
+				w.adding = append(w.adding, loop[i+1].at.Sub(l.at))
+			}
 		case strings.HasPrefix(l.kind, "SyncLoop (PLEG)"):
 			w.pleg++
 		case l.kind == "SyncLoop (probe)":
@@ -111,14 +126,9 @@ func syncLoopQueue(log string, ref time.Time) (w syncLoopWindow, ok bool, err er
 		}
 	}
 	for _, h := range hk {
-		if !in(h.at) {
-			continue
+		if in(h.at) {
+			w.housekeeping += h.d
 		}
-		d, err := time.ParseDuration(h.kind)
-		if err != nil {
-			return w, false, fmt.Errorf("housekeeping duration %q: %w", h.kind, err)
-		}
-		w.housekeeping += d
 	}
 	return w, true, nil
 }
