@@ -25,20 +25,13 @@ func (s *Collector) PodStats(ctx context.Context, sb pod.Pod) *runtimeapi.PodSan
 func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs []Container) *runtimeapi.PodSandboxStats {
 	now := time.Now()
 	linux := &runtimeapi.LinuxPodSandboxStats{}
-	podSmp, podErr := s.podCgroupSample(sb)
 	total := cgroupSample{at: now}
 	var groups []string
-	// A pause-less pod has no task of its own: asking for one would only fetch every
-	// task's metrics from containerd (the pass's one call) to find none.
-	if podErr != nil && !sb.Pauseless {
-		if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.opts.Handlers.KernelCgroups(sb.RuntimeHandler)); err == nil {
-			addSample(&total, smp)
-			if total.tasks != nil {
-				*total.tasks = 0 // the pause process is not counted; 0 is known
-			}
-			groups = append(groups, smp.group)
-		}
-	}
+	// The containers first, the pod's cgroup after them: its counters only grow and
+	// hold its children's, so the pod's CPU read last is at least what its
+	// containers were read at in the same answer. Read first, it fell short of
+	// them by what they ran while they were read (a container's sample can wait for
+	// its writable layer's usage): 5 ms of 32 s in the cgroup v2 guest.
 	var ctrRates uint64 // the running containers' usage_nano_cores
 	for _, c := range cs {
 		st, smp := s.containerStats(ctx, p, c)
@@ -46,6 +39,21 @@ func (s *Collector) podStats(ctx context.Context, p *metricsPass, sb pod.Pod, cs
 		if smp != nil {
 			addSample(&total, *smp)
 			ctrRates += smp.rate
+			groups = append(groups, smp.group)
+		}
+	}
+	podSmp, podErr := s.podCgroupSample(sb)
+	// A pause-less pod has no task of its own: asking for one would only fetch every
+	// task's metrics from containerd (the pass's one call) to find none.
+	if podErr != nil && !sb.Pauseless {
+		if smp, err := s.sample(ctx, p, sb.ID, sb.PID, s.opts.Handlers.KernelCgroups(sb.RuntimeHandler)); err == nil {
+			pauseTasks := smp.tasks != nil
+			smp.tasks = nil // the pause process is not counted
+			addSample(&total, smp)
+			if pauseTasks && total.tasks == nil {
+				zero := uint64(0) // no container runs: 0 processes are known
+				total.tasks = &zero
+			}
 			groups = append(groups, smp.group)
 		}
 	}
