@@ -104,6 +104,7 @@ func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *r
 		cs:          s.opts.Client.ContentStore(),
 		fetcher:     func(ctx context.Context) (remotes.Fetcher, error) { return resolver.Fetcher(ctx, ref.Name) },
 		locks:       &s.layerLocks,
+		window:      s.unpackWindow(ctx, snapshotter),
 	}
 	img, err := s.opts.Client.Pull(ctx, ref.Name,
 		client.WithResolver(resolver),

@@ -44,6 +44,10 @@ type streamUnpacker struct {
 	cs          content.Store
 	fetcher     func(context.Context) (remotes.Fetcher, error)
 	locks       *keyedMutex
+	// window is how many layers are extracted at once, each into a parentless
+	// snapshot committed onto its parent after (unpack_parallel.go); 1 applies each
+	// layer on its parent in turn.
+	window int
 
 	mu     sync.Mutex
 	layers map[digest.Digest][]ocispec.Descriptor // by config digest
@@ -127,18 +131,25 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 	chain := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
 
 	// Layers are applied in order, each on its parent; the downloads of the next
-	// ones run ahead into memory while one is applied. A pull claims a chain id (a
-	// layer on its parents) before it downloads it; a chain another pull has
-	// claimed is waited for, not downloaded twice.
+	// ones run ahead into memory while one is applied. Where the snapshotter can
+	// rebase (u.window above 1), the next ones are extracted as well, each into a
+	// snapshot of its own, and committed in order (unpack_parallel.go). A pull
+	// claims a chain id (a layer on its parents) before it downloads it; a chain
+	// another pull has claimed is waited for, not downloaded twice.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var fetcher remotes.Fetcher
 	pipes := make([]*chunkPipe, len(layers))
+	exts := make([]*extraction, len(layers))
 	claims := make([]func(), len(layers)) // unlock of each claimed chain id
 	defer func() {
+		cancel()
 		for i := range layers {
 			if pipes[i] != nil {
 				pipes[i].CloseRead()
+			}
+			if exts[i] != nil {
+				u.abort(ctx, exts[i])
 			}
 			if claims[i] != nil {
 				claims[i]()
@@ -158,8 +169,33 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 		fetcher = f
 		return err
 	}
-	// prefetch starts downloading layer j if no other pull has claimed it and it is
-	// not unpacked.
+	// ref is layer j of the chain.
+	ref := func(j int) layerRef {
+		r := layerRef{desc: layers[j], diffID: diffIDs[j], chainID: chain[j].String()}
+		if j > 0 {
+			r.parent = chain[j-1].String()
+		}
+		return r
+	}
+	ahead := prefetchLayers
+	if u.window > 1 {
+		ahead = u.window - 1
+	}
+	// begin downloads layer j, whose chain this pull has claimed and seen missing,
+	// and extracts it where layers are extracted ahead.
+	begin := func(j int) error {
+		if err := getFetcher(); err != nil {
+			return err
+		}
+		pipes[j] = newChunkPipe(prefetchChunks)
+		go download(ctx, fetcher, layers[j], pipes[j])
+		if u.window > 1 {
+			exts[j] = u.extract(ctx, ref(j), pipes[j])
+		}
+		return nil
+	}
+	// prefetch begins layer j if no other pull has claimed it and it is not
+	// unpacked.
 	prefetch := func(j int) error {
 		if j >= len(layers) || claims[j] != nil {
 			return nil
@@ -172,18 +208,12 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 			unlock()
 			return nil
 		}
-		if err := getFetcher(); err != nil {
-			unlock()
-			return err
-		}
 		claims[j] = unlock
-		pipes[j] = newChunkPipe(prefetchChunks)
-		go download(ctx, fetcher, layers[j], pipes[j])
-		return nil
+		return begin(j)
 	}
 	fetched := 0
 	for i, l := range layers {
-		for j := i; j <= i+prefetchLayers; j++ {
+		for j := i; j <= i+ahead; j++ {
 			if err := prefetch(j); err != nil {
 				return err
 			}
@@ -193,19 +223,18 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 			// look again (it may have failed).
 			claims[i] = u.locks.lock(key(i))
 			if !exists(i) {
-				if err := getFetcher(); err != nil {
+				if err := begin(i); err != nil {
 					return err
 				}
-				pipes[i] = newChunkPipe(prefetchChunks)
-				go download(ctx, fetcher, layers[i], pipes[i])
 			}
 		}
 		if pipes[i] != nil {
-			parent := ""
-			if i > 0 {
-				parent = chain[i-1].String()
+			var err error
+			if exts[i] != nil {
+				err = u.commit(ctx, exts[i], ref(i))
+			} else {
+				err = u.layer(ctx, ref(i), pipes[i])
 			}
-			err := u.layer(ctx, l, diffIDs[i], chain[i].String(), parent, pipes[i])
 			pipes[i].CloseRead()
 			if err != nil {
 				return fmt.Errorf("layer %d (%s): %w", i, l.Digest, err)
@@ -224,23 +253,25 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 			return fmt.Errorf("label config %s: %w", config.Digest, err)
 		}
 	}
-	log.G(ctx).WithField("layers", len(layers)).WithField("fetched", fetched).
+	log.G(ctx).WithField("layers", len(layers)).WithField("fetched", fetched).WithField("at_once", u.window).
 		WithField("duration", time.Since(start).String()).Debug("image unpacked")
 	return nil
 }
 
-// layer makes the snapshot chainID from one layer, read from p. The caller holds
-// the claim on chainID and has seen that it does not exist.
-func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, diffID digest.Digest, chainID, parent string, p *chunkPipe) error {
-	labels := snapshots.FilterInheritedLabels(desc.Annotations)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[snapshots.LabelSnapshotRef] = chainID
-	labels[snapshots.LabelSnapshotDiffID] = diffID.String()
-	opts := []snapshots.Opt{snapshots.WithLabels(labels)}
-	key := fmt.Sprintf(snapshots.UnpackKeyFormat, uniquePart(), chainID)
-	mounts, err := u.sn.Prepare(ctx, key, parent, opts...)
+// layerRef is one layer of an image's chain.
+type layerRef struct {
+	desc    ocispec.Descriptor
+	diffID  digest.Digest
+	chainID string // the layer on the ones below it
+	parent  string // the chain below it; "" for the image's first layer
+}
+
+// layer makes the snapshot l.chainID from one layer, read from p, on its parent. The
+// caller holds the claim on the chain and has seen that it does not exist.
+func (u *streamUnpacker) layer(ctx context.Context, l layerRef, p *chunkPipe) error {
+	opts := layerOpts(l)
+	key := fmt.Sprintf(snapshots.UnpackKeyFormat, uniquePart(), l.chainID)
+	mounts, err := u.sn.Prepare(ctx, key, l.parent, opts...)
 	if err != nil {
 		return fmt.Errorf("prepare snapshot: %w", err)
 	}
@@ -248,7 +279,7 @@ func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, dif
 	defer func() {
 		if !committed {
 			if err := u.sn.Remove(context.WithoutCancel(ctx), key); err != nil && !errdefs.IsNotFound(err) {
-				log.G(ctx).WithError(err).WithField("key", key).Warn("remove extraction snapshot")
+				logRemoveFailed(ctx, key, err)
 			}
 		}
 	}()
@@ -256,10 +287,10 @@ func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, dif
 	if err != nil {
 		return err
 	}
-	if got != diffID {
-		return fmt.Errorf("uncompressed digest %s, the config says %s: %w", got, diffID, errdefs.ErrFailedPrecondition)
+	if got != l.diffID {
+		return fmt.Errorf("uncompressed digest %s, the config says %s: %w", got, l.diffID, errdefs.ErrFailedPrecondition)
 	}
-	if err := u.sn.Commit(ctx, chainID, key, opts...); err != nil {
+	if err := u.sn.Commit(ctx, l.chainID, key, opts...); err != nil {
 		if errdefs.IsAlreadyExists(err) {
 			return nil // made meanwhile by another process; ours is removed
 		}
@@ -267,6 +298,17 @@ func (u *streamUnpacker) layer(ctx context.Context, desc ocispec.Descriptor, dif
 	}
 	committed = true
 	return nil
+}
+
+// layerOpts are the options of l's snapshot, at Prepare and Commit.
+func layerOpts(l layerRef) []snapshots.Opt {
+	labels := snapshots.FilterInheritedLabels(l.desc.Annotations)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[snapshots.LabelSnapshotRef] = l.chainID
+	labels[snapshots.LabelSnapshotDiffID] = l.diffID.String()
+	return []snapshots.Opt{snapshots.WithLabels(labels)}
 }
 
 // download fetches a layer blob, checks its size and digest, decompresses it and
@@ -413,151 +455,3 @@ func uniquePart() string {
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%d-%s", time.Now().Nanosecond(), base64.RawURLEncoding.EncodeToString(b[:]))
 }
-
-// keyedMutex serialises work on one key (a snapshot chain id), so that concurrent
-// pulls of images sharing a layer download it once.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// tryLock takes key's lock if it is free.
-func (k *keyedMutex) tryLock(key string) (unlock func(), ok bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	if k.locks[key] != nil {
-		return nil, false
-	}
-	e := &keyedEntry{refs: 1}
-	e.mu.Lock()
-	k.locks[key] = e
-	return k.unlocker(key, e), true
-}
-
-func (k *keyedMutex) unlocker(key string, e *keyedEntry) func() {
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return k.unlocker(key, e)
-}
-
-const (
-	prefetchLayers = 2  // layers downloaded ahead of the one being applied
-	prefetchChunks = 32 // of chunkSize: at most 8 MiB buffered per layer
-	chunkSize      = 256 << 10
-)
-
-var chunkPool = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
-
-// chunkPipe is an in-memory pipe holding up to depth chunks, so that its writer can
-// run ahead of its reader.
-type chunkPipe struct {
-	ch     chan []byte
-	cur    []byte        // unread part of buf
-	buf    []byte        // a chunk from chunkPool, returned when read
-	done   chan struct{} // closed by CloseRead: the writer stops
-	once   sync.Once
-	errMu  sync.Mutex
-	werr   error
-	closed bool
-	diffID digest.Digest // set by download before it closes the pipe without error
-}
-
-func newChunkPipe(depth int) *chunkPipe {
-	return &chunkPipe{ch: make(chan []byte, depth), done: make(chan struct{})}
-}
-
-// ReadFrom reads r in large chunks.
-func (p *chunkPipe) ReadFrom(r io.Reader) (int64, error) {
-	var n int64
-	for {
-		buf := chunkPool.Get().(*[]byte)
-		m, err := io.ReadFull(r, *buf)
-		if m > 0 {
-			select {
-			case p.ch <- (*buf)[:m]:
-				n += int64(m)
-			case <-p.done:
-				chunkPool.Put(buf)
-				return n, io.ErrClosedPipe
-			}
-		} else {
-			chunkPool.Put(buf)
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-}
-
-// CloseWithError ends the stream; the reader gets err (or EOF) after the data.
-func (p *chunkPipe) CloseWithError(err error) {
-	p.errMu.Lock()
-	defer p.errMu.Unlock()
-	if p.closed {
-		return
-	}
-	p.closed, p.werr = true, err
-	close(p.ch)
-}
-
-// CloseRead tells the writer to stop.
-func (p *chunkPipe) CloseRead() { p.once.Do(func() { close(p.done) }) }
-
-func (p *chunkPipe) Read(b []byte) (int, error) {
-	for len(p.cur) == 0 {
-		if p.buf != nil {
-			full := p.buf[:cap(p.buf)]
-			p.buf = nil
-			chunkPool.Put(&full)
-		}
-		c, ok := <-p.ch
-		if !ok {
-			p.errMu.Lock()
-			err := p.werr
-			p.errMu.Unlock()
-			if err == nil {
-				err = io.EOF
-			}
-			return 0, err
-		}
-		p.cur, p.buf = c, c
-	}
-	n := copy(b, p.cur)
-	p.cur = p.cur[n:]
-	return n, nil
-}
-
-var errNoManifest = errors.New("the image has no manifest for this platform with a config and layers to unpack")

@@ -181,6 +181,10 @@ type RegistryConfig struct {
 	ConfigPath string `toml:"config_path"`
 	// PullProgressTimeout cancels a pull that receives nothing for this long.
 	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
+	// UnpackLayers is how many layers of a pull are extracted at once where the
+	// snapshotter can rebase (overlayfs on containerd 2.x): 0 is one per CPU, 3 to
+	// 6; 1 applies the layers one by one, each on its parent.
+	UnpackLayers int `toml:"unpack_layers"`
 }
 
 // Duration is a time.Duration written as a string ("5m", "30s") in TOML.
@@ -364,6 +368,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SweepInterval < 0 {
 		return fmt.Errorf("config key sweep_interval: must not be negative, got %s", time.Duration(c.SweepInterval))
+	}
+	if c.Registry.UnpackLayers < 0 {
+		return fmt.Errorf("config key registry.unpack_layers: must be 0 (one per CPU) or more, got %d", c.Registry.UnpackLayers)
 	}
 	if c.Registry.PullProgressTimeout <= 0 {
 		return fmt.Errorf("config key registry.pull_progress_timeout: must be positive, got %s", time.Duration(c.Registry.PullProgressTimeout))

@@ -61,6 +61,10 @@ func TestLoadConfig(t *testing.T) {
 			require.Equal(t, Duration(30*time.Second), c.Registry.PullProgressTimeout)
 		}},
 		{name: "bad duration", file: "[registry]\npull_progress_timeout = \"soon\"\n", wantErr: "pull_progress_timeout"},
+		{name: "layers one by one", file: "[registry]\nunpack_layers = 1\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, 1, c.Registry.UnpackLayers)
+		}},
+		{name: "negative unpack_layers", file: "[registry]\nunpack_layers = -2\n", wantErr: "config key registry.unpack_layers"},
 		{name: "tls cert without key", file: "[streaming]\ntls_cert_file = \"/etc/shimd/cert.pem\"\n", wantErr: "streaming.tls"},
 		{name: "relative tls cert", file: "[streaming]\ntls_cert_file = \"cert.pem\"\ntls_key_file = \"/k.pem\"\n", wantErr: "streaming.tls_cert_file"},
 		{name: "streaming address must be an IP", file: "[streaming]\naddress = \"localhost\"\n", wantErr: "streaming.address"},

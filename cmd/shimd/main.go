@@ -272,6 +272,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	images := image.New(image.Options{
 		Client: cl, Snapshotters: snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath, ContainerFsDir: cfg.ContainerFsDir,
 		NoProgressTimeout: time.Duration(cfg.Registry.PullProgressTimeout), PinnedLabel: pause.PinnedLabel,
+		UnpackLayers: cfg.Registry.UnpackLayers,
 		PullObserver: m.observePull,
 	})
 	pauseRef, pauseImages := pauseImage(cfg, cl, images)

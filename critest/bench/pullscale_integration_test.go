@@ -123,7 +123,13 @@ func BenchmarkPullScale(b *testing.B) {
 	reg.WriteHermeticHostsDir(b, hosts)
 	writeHostsFile(b, hosts, slowHost, "http://"+lis.Addr().String())
 
-	shimdConfig := fmt.Sprintf("[registry]\nconfig_path = %q\npull_progress_timeout = %q\n", hosts, pullStallTimeout) + shimdDebugConfig()
+	shimdConfig := fmt.Sprintf("[registry]\nconfig_path = %q\npull_progress_timeout = %q\n", hosts, pullStallTimeout)
+	if n := os.Getenv("PULL_UNPACK_LAYERS"); n != "" {
+		// shimd's registry.unpack_layers (its default 0: one per CPU, 3 to 6; 1: one
+		// by one, each onto its parent).
+		shimdConfig += fmt.Sprintf("unpack_layers = %d\n", envInt("PULL_UNPACK_LAYERS", 0))
+	}
+	shimdConfig += shimdDebugConfig()
 	sides := newCostSidesWith(b, hosts, shimdConfig, criSide{name: "containerd", opts: harness.ContainerdOptions{CRIImagePullProgressTimeout: pullStallTimeout}})
 
 	rounds := envInt("PULL_ROUNDS", 3)
