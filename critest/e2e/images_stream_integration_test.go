@@ -253,14 +253,18 @@ func TestPullVerifiesStreamedLayers(t *testing.T) {
 	removeImage(t, is, ref)
 }
 
-// shimd killed with -9 in the middle of a pull leaves an extraction snapshot and a
-// lease in containerd; the restarted shimd removes both before it serves, and the
-// image pulls again.
+// shimd killed with -9 in the middle of a pull leaves an extraction snapshot, the
+// layers committed below it and a lease in containerd; the restarted shimd removes
+// them all before it serves, and the image pulls again.
 func TestKill9DuringPullLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	const host = "slow.test"
 	reg := newBlobRegistry(t)
-	layer := reg.image(t, "v1", "slow", textData("slowly served", 256<<10), "")
+	// Three layers, the top one slow: where layers are extracted at once (the
+	// default on containerd 2.x), the two below are committed, without a parent
+	// and then rebased, while the top one is still being written.
+	layer := reg.layeredImage(t, "v1", []layerFile{{file: "a", data: "bottom\n"}, {file: "b", data: "middle\n"},
+		{file: "slow", data: textData("slowly served", 256<<10)}})[2]
 	reg.mu.Lock()
 	reg.slow[layer] = true
 	reg.mu.Unlock()
@@ -276,13 +280,16 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 		_, _ = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	}()
 	require.Eventually(t, func() bool {
+		extracting, committed := 0, 0
 		for _, n := range snapshotNames(t, cl) {
 			if strings.HasPrefix(n, "extract-") {
-				return true
+				extracting++
+			} else {
+				committed++
 			}
 		}
-		return false
-	}, 30*time.Second, 20*time.Millisecond, "the pull never started extracting")
+		return extracting == 1 && committed == 2
+	}, 30*time.Second, 20*time.Millisecond, "the pull never had the two layers below committed and the top one extracting")
 	ls, err := cl.LeasesService().List(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, ls, "the pull holds no lease")
@@ -301,7 +308,7 @@ func TestKill9DuringPullLeavesNothing(t *testing.T) {
 	is = env.Shimd.Images(t)
 	_, err = is.PullImage(ctxT(t, time.Minute), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	require.NoError(t, err)
-	require.Len(t, snapshotNames(t, cl), 1)
+	require.Len(t, snapshotNames(t, cl), 3)
 	removeImage(t, is, ref)
 }
 

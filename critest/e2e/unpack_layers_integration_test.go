@@ -52,12 +52,17 @@ func TestUnpackLayersAtOnceAsOneByOne(t *testing.T) {
 		"/keep 750 42 43", "/keep/inner 711 44 45", "/keep/inner/k",
 		"/new 755 0 0", "/new/deep 755 0 0", "/new/deep/f", "/opq 755 0 0", "/opq/z", "/top",
 	}, "\n")
+	// containerd 1.6's overlayfs cannot rebase: its pulls go one by one at any setting.
+	atOnce := regexp.MustCompile(`at_once=([3-6])\b`)
+	if harness.Tools().Legacy {
+		atOnce = regexp.MustCompile(`at_once=(1)\b`)
+	}
 	for _, tc := range []struct {
 		name         string
 		unpackLayers string
 		atOnce       *regexp.Regexp
 	}{
-		{"at once", "", regexp.MustCompile(`at_once=([3-6])\b`)},
+		{"at once", "", atOnce},
 		{"one by one", "unpack_layers = 1\n", regexp.MustCompile(`at_once=(1)\b`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
