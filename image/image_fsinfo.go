@@ -1,15 +1,18 @@
 package image
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/continuity/fs"
+	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -91,28 +94,41 @@ func (s *Service) usage(ctx context.Context, snapshotter string) (committed, act
 // SnapshotterRoot is the directory where a snapshotter keeps its data (asked of
 // containerd once, then remembered).
 func (s *Service) SnapshotterRoot(ctx context.Context, snapshotter string) (string, error) {
-	if v, ok := s.roots.Load(snapshotter); ok {
-		return v.(string), nil
+	p, err := s.snapshotterPlugin(ctx, snapshotter)
+	if err != nil {
+		return "", err
 	}
-	root, err := s.snapshotterRoot(ctx, snapshotter)
-	if err == nil {
-		s.roots.Store(snapshotter, root)
+	if p.root == "" {
+		return "", fmt.Errorf("snapshotter %s reports no root directory", snapshotter)
 	}
-	return root, err
+	return p.root, nil
 }
 
-// snapshotterRoot asks containerd where the snapshotter keeps its data.
-func (s *Service) snapshotterRoot(ctx context.Context, snapshotter string) (string, error) {
+// snapshotterFacts are what containerd says of a snapshotter plugin.
+type snapshotterFacts struct {
+	root   string // where it keeps its data ("" if it does not say)
+	rebase bool   // it commits a snapshot onto a parent it was not prepared on
+}
+
+// snapshotterPlugin asks containerd about a snapshotter once, then remembers.
+func (s *Service) snapshotterPlugin(ctx context.Context, snapshotter string) (snapshotterFacts, error) {
+	if v, ok := s.snapshotters.Load(snapshotter); ok {
+		return v.(snapshotterFacts), nil
+	}
 	resp, err := s.opts.Client.IntrospectionService().Plugins(ctx, fmt.Sprintf(`type==io.containerd.snapshotter.v1,id==%s`, snapshotter))
 	if err != nil {
-		return "", fmt.Errorf("find snapshotter %s: %w", snapshotter, err)
+		return snapshotterFacts{}, fmt.Errorf("find snapshotter %s: %w", snapshotter, err)
 	}
+	if len(resp.GetPlugins()) == 0 {
+		return snapshotterFacts{}, fmt.Errorf("snapshotter %s: %w", snapshotter, errdefs.ErrNotFound)
+	}
+	var f snapshotterFacts
 	for _, p := range resp.GetPlugins() {
-		if root := p.GetExports()["root"]; root != "" {
-			return root, nil
-		}
+		f.root = cmp.Or(f.root, p.GetExports()["root"])
+		f.rebase = f.rebase || slices.Contains(p.GetCapabilities(), snapshots.RebaseCap)
 	}
-	return "", fmt.Errorf("snapshotter %s reports no root directory", snapshotter)
+	v, _ := s.snapshotters.LoadOrStore(snapshotter, f)
+	return v.(snapshotterFacts), nil
 }
 
 // dirUsage adds up the disk usage of dir's entries (the containers' writable layers);

@@ -62,8 +62,7 @@ type Service struct {
 	mu   sync.Mutex
 	meta map[string]*imageMeta
 
-	roots  sync.Map // snapshotter name -> root directory
-	rebase sync.Map // snapshotter name -> whether it can rebase (bool)
+	snapshotters sync.Map // snapshotter name -> snapshotterFacts
 
 	layerLocks keyedMutex // by snapshotter/chain id, while a layer is unpacked
 

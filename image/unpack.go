@@ -283,21 +283,28 @@ func (u *streamUnpacker) layer(ctx context.Context, l layerRef, p *chunkPipe) er
 			}
 		}
 	}()
-	got, err := applyStream(ctx, mounts, p)
+	got, err := applyStream(p, func(r io.Reader) error { return apply(ctx, mounts, r) })
 	if err != nil {
 		return err
 	}
+	committed, err = u.commitLayer(ctx, l, key, got, opts)
+	return err
+}
+
+// commitLayer commits the extraction snapshot key as l's chain if got, its diff id,
+// is the config's. committed is false where another process made the chain
+// meanwhile: the caller removes key.
+func (u *streamUnpacker) commitLayer(ctx context.Context, l layerRef, key string, got digest.Digest, opts []snapshots.Opt) (committed bool, err error) {
 	if got != l.diffID {
-		return fmt.Errorf("uncompressed digest %s, the config says %s: %w", got, l.diffID, errdefs.ErrFailedPrecondition)
+		return false, fmt.Errorf("uncompressed digest %s, the config says %s: %w", got, l.diffID, errdefs.ErrFailedPrecondition)
 	}
 	if err := u.sn.Commit(ctx, l.chainID, key, opts...); err != nil {
 		if errdefs.IsAlreadyExists(err) {
-			return nil // made meanwhile by another process; ours is removed
+			return false, nil
 		}
-		return fmt.Errorf("commit snapshot: %w", err)
+		return false, fmt.Errorf("commit snapshot: %w", err)
 	}
-	committed = true
-	return nil
+	return true, nil
 }
 
 // layerOpts are the options of l's snapshot, at Prepare and Commit.
@@ -354,11 +361,12 @@ func download(ctx context.Context, fetcher remotes.Fetcher, desc ocispec.Descrip
 	p.CloseWithError(nil)
 }
 
-// applyStream applies the tar stream download writes into p to mounts, and returns
-// its diff id once download has checked the blob. Until the caller commits the
-// snapshot, a bad blob leaves nothing behind.
-func applyStream(ctx context.Context, mounts []mount.Mount, p *chunkPipe) (digest.Digest, error) {
-	if err := apply(ctx, mounts, p); err != nil {
+// applyStream applies the tar stream download writes into p with apply (to a
+// snapshot's mounts, or an extraction's directory), and returns its diff id once
+// download has checked the blob. Until the caller commits the snapshot, a bad blob
+// leaves nothing behind.
+func applyStream(p *chunkPipe, apply func(io.Reader) error) (digest.Digest, error) {
+	if err := apply(p); err != nil {
 		// A failed download shows here too: apply read its error.
 		return "", fmt.Errorf("apply: %w", err)
 	}

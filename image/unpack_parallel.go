@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/continuity/fs"
+	"github.com/containerd/continuity/sysx"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
@@ -58,20 +59,8 @@ func (s *Service) unpackWindow(ctx context.Context, snapshotter string) int {
 	if snapshotter != "overlayfs" || s.opts.UnpackLayers == 1 {
 		return 1
 	}
-	can, ok := s.rebase.Load(snapshotter)
-	if !ok {
-		resp, err := s.opts.Client.IntrospectionService().Plugins(ctx, fmt.Sprintf(`type==io.containerd.snapshotter.v1,id==%s`, snapshotter))
-		if err != nil {
-			return 1 // asked again at the next pull
-		}
-		found := false
-		for _, p := range resp.GetPlugins() {
-			found = found || slices.Contains(p.GetCapabilities(), snapshots.RebaseCap)
-		}
-		can, _ = s.rebase.LoadOrStore(snapshotter, found)
-	}
-	if !can.(bool) {
-		return 1
+	if p, err := s.snapshotterPlugin(ctx, snapshotter); err != nil || !p.rebase {
+		return 1 // on an error, asked again at the next pull
 	}
 	return layersAtOnce(s.opts.UnpackLayers)
 }
@@ -117,17 +106,12 @@ func (u *streamUnpacker) extractInto(ctx context.Context, e *extraction, l layer
 		// The image's first layer is applied as a bind: whiteouts there hide nothing.
 		opts = append(opts, archive.WithConvertWhiteout(archive.OverlayConvertWhiteout))
 	}
-	if _, err := archive.Apply(ctx, e.upper, p, opts...); err != nil {
-		return fmt.Errorf("apply: %w", err)
-	}
-	// The tar reader stops at the end-of-archive marker: read the rest, so that
-	// download's checks (and errors) come in.
-	if _, err := io.Copy(io.Discard, p); err != nil {
+	e.diffID, err = applyStream(p, func(r io.Reader) error {
+		_, err := archive.Apply(ctx, e.upper, r, opts...)
 		return err
-	}
-	e.diffID = p.diffID
+	})
 	e.implicit = names.implicit()
-	return nil
+	return err
 }
 
 // commit waits for the extraction of l and commits it onto l's parent.
@@ -140,9 +124,6 @@ func (u *streamUnpacker) commit(ctx context.Context, e *extraction, l layerRef) 
 	if e.err != nil {
 		return e.err
 	}
-	if e.diffID != l.diffID {
-		return fmt.Errorf("uncompressed digest %s, the config says %s: %w", e.diffID, l.diffID, errdefs.ErrFailedPrecondition)
-	}
 	opts := layerOpts(l)
 	if l.parent != "" {
 		if len(e.implicit) > 0 {
@@ -152,14 +133,9 @@ func (u *streamUnpacker) commit(ctx context.Context, e *extraction, l layerRef) 
 		}
 		opts = append(opts, snapshots.WithParent(l.parent))
 	}
-	if err := u.sn.Commit(ctx, l.chainID, e.key, opts...); err != nil {
-		if errdefs.IsAlreadyExists(err) {
-			return nil // made meanwhile by another process; ours is removed
-		}
-		return fmt.Errorf("commit snapshot: %w", err)
-	}
-	e.committed = true
-	return nil
+	var err error
+	e.committed, err = u.commitLayer(ctx, l, e.key, e.diffID, opts)
+	return err
 }
 
 // abort waits for the extraction and removes its snapshot unless it was committed.
@@ -251,30 +227,25 @@ func copyDirAttrs(dst, src string, fi os.FileInfo) error {
 	if err := os.Chmod(dst, fi.Mode()); err != nil {
 		return err
 	}
-	size, err := unix.Llistxattr(src, nil)
-	if err != nil || size == 0 {
+	names, err := sysx.LListxattr(src)
+	if err != nil {
 		if errors.Is(err, unix.ENOTSUP) {
 			return nil
 		}
-		return err
+		return fmt.Errorf("list xattrs of %s: %w", src, err)
 	}
-	buf := make([]byte, size)
-	if size, err = unix.Llistxattr(src, buf); err != nil {
-		return err
-	}
-	for _, name := range strings.Split(strings.TrimRight(string(buf[:size]), "\x00"), "\x00") {
-		if name == "" || strings.HasPrefix(name, "trusted.") {
+	for _, name := range names {
+		if strings.HasPrefix(name, "trusted.") {
 			continue
 		}
-		val := make([]byte, 64<<10)
-		n, err := unix.Lgetxattr(src, name, val)
+		val, err := sysx.LGetxattr(src, name)
 		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("get xattr %s of %s: %w", name, src, err)
 		}
-		if err := unix.Lsetxattr(dst, name, val[:n], 0); err != nil {
+		if err := sysx.LSetxattr(dst, name, val, 0); err != nil {
 			return fmt.Errorf("set xattr %s on %s: %w", name, dst, err)
 		}
 	}

@@ -138,7 +138,8 @@ func TestDownloadApply(t *testing.T) {
 		dir := t.TempDir()
 		p := newChunkPipe(2)
 		go download(context.Background(), blobFetcher{desc.Digest: served}, desc, p)
-		got, err := applyStream(context.Background(), []mount.Mount{{Type: "bind", Source: dir, Options: []string{"rbind", "rw"}}}, p)
+		mounts := []mount.Mount{{Type: "bind", Source: dir, Options: []string{"rbind", "rw"}}}
+		got, err := applyStream(p, func(r io.Reader) error { return apply(context.Background(), mounts, r) })
 		p.CloseRead()
 		return dir, got, err
 	}
