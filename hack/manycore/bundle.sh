@@ -6,6 +6,11 @@
 # (both need only glibc), the offline busybox image's registry storage, all stripped
 # and in one xz tarball (about 40 MiB), and a static busybox to unpack it where the
 # host has no xz. hack/manycore/run.sh, run there from the repository root, uses it.
+# MC_K8S=1 also packs the one-node cluster's binaries (hack/tools.sh cluster: the
+# kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd of
+# $KUBELET_VERSION) for BenchmarkKubeletDensity into .manycore-k8s/ (about 56 MiB with
+# xz -9e, a few minutes of CPU): too large to travel beside .manycore/ in one device
+# call, so it goes in a call of its own; a warm machine keeps the earlier call's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=${SHIMD_TOOLS:-/var/cache/shimd/tools}/bin
@@ -28,3 +33,27 @@ git rev-parse HEAD >"$S/commit"
 tar -C "$S" -cf - . | xz -6 -T0 >"$O/bundle.tar.xz"
 cp /bin/busybox "$O/busybox" # Debian's busybox-static
 du -sh "$O"/*
+if [ "${MC_K8S-}" = 1 ]; then
+	K=k8s-${KUBELET_VERSION:-v1.37.2}
+	rm -rf .manycore-k8s; mkdir -p .manycore-k8s "$S/k/$K"
+	for b in kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl etcd etcd.version; do
+		cp "$T/$K/$b" "$S/k/$K/" || { echo "no $T/$K/$b: run hack/tools.sh cluster first" >&2; exit 1; }
+	done
+	strip "$S/k/$K"/kube* "$S/k/$K/etcd"
+	# One thread: a single xz block finds what the binaries share (-T0 splits them).
+	tar -C "$S/k" -cf - "$K" | xz -9e -T1 >.manycore-k8s/k8s.tar.xz
+	# A device call carries at most 64 MiB with the working tree: what of the
+	# tarball does not fit in its own call goes with .manycore/ (run.sh joins them).
+	tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- | tail -1 | cut -f1)
+	room=$(((63 << 20) - tree))
+	k=$(stat -c %s .manycore-k8s/k8s.tar.xz)
+	if [ "$k" -gt "$room" ]; then
+		tail -c $((k - room)) .manycore-k8s/k8s.tar.xz >"$O/k8s.tar.xz.tail"
+		truncate -s "$room" .manycore-k8s/k8s.tar.xz
+	fi
+	for d in "$O" .manycore-k8s; do
+		n=$(du -cb "$d" | tail -1 | cut -f1)
+		echo "$d: $((n >> 20)) MiB, with the working tree $(((n + tree) >> 20)) of the 64 MiB a device call carries"
+		[ "$((n + tree))" -le $((64 << 20)) ] || { echo "$d is too large to carry" >&2; exit 1; }
+	done
+fi
