@@ -41,12 +41,13 @@ func TestCrashSoak(t *testing.T) {
 	kills := map[string]int{}
 
 	var made []*soakRound
+	logDir := t.TempDir() // the pods' logs, which the kubelet would remove
 	span := 4 * time.Second
 	for round := 0; round < rounds; round++ {
 		r := &soakRound{}
 		made = append(made, r)
 		done := make(chan []error, 1)
-		go func(round int) { done <- r.lifecycle(rs, round) }(round)
+		go func(round int) { done <- r.lifecycle(rs, round, logDir) }(round)
 		// The crash falls anywhere in the lifecycle, or just after it: span follows
 		// how long the last lifecycle that a crash did not cut took (about 3.5 s on
 		// an idle machine: the two stops wait out their 1 s timeout).
@@ -195,7 +196,7 @@ func sumKills(kills map[string]int, daemon string) int {
 // lifecycle runs one pod's life through the CRI and returns the errors it met (a
 // crash cuts it short wherever it is; later steps then fail or are skipped). It notes
 // each step it enters, and what it made and asked to remove.
-func (r *soakRound) lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []error {
+func (r *soakRound) lifecycle(rs runtimeapi.RuntimeServiceClient, round int, logDir string) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
@@ -206,7 +207,7 @@ func (r *soakRound) lifecycle(rs runtimeapi.RuntimeServiceClient, round int) []e
 		return err != nil
 	}
 	cfg := podConfig(fmt.Sprintf("soak%d", round))
-	cfg.LogDirectory = os.TempDir()
+	cfg.LogDirectory = logDir
 	r.mu.Lock()
 	r.began = time.Now()
 	r.mu.Unlock()

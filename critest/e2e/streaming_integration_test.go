@@ -343,7 +343,7 @@ func TestStreamingPortForward(t *testing.T) {
 	port := freePort(t)
 	cfg := podConfig("pf-host")
 	cfg.Linux.SecurityContext.NamespaceOptions = &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}
-	hostPod := &podFixture{t: t, rs: rs, id: runPod(t, rs, cfg), cfg: cfg, logDir: cfg.LogDirectory}
+	hostPod := newPodOf(t, rs, cfg)
 	waitServing(t, rs, hostPod.run(hostPod.container("web", httpd("the host pod", port)...)), port)
 	resp, err = rs.PortForward(ctxT(t, 30*time.Second), &runtimeapi.PortForwardRequest{PodSandboxId: hostPod.id})
 	require.NoError(t, err)
