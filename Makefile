@@ -44,7 +44,7 @@ test:
 # (FUZZTIME each; the corpus grows in the Go build cache). No root needed.
 FUZZTIME ?= 20s
 FUZZ_TARGETS := runtime:FuzzValidateSandboxConfig runtime:FuzzValidateContainerConfig \
-	runtime:FuzzNamesAndSysctls runtime/spec:FuzzContainer container:FuzzTreePaths \
+	runtime:FuzzNamesAndSysctls spec:FuzzContainer container:FuzzTreePaths \
 	container:FuzzLogLines
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

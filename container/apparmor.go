@@ -8,7 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 )
 
 // appArmorDefault keeps shimd's default AppArmor profile (NodeInfo.AppArmorDefault)

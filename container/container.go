@@ -10,7 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 )
 
 // Container is one CRI container. Fields outside mu never change after Create.

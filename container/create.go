@@ -22,7 +22,7 @@ import (
 	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/pod"
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 )
 
 // CreateContainer creates a container in a READY pod.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/shimd/shimd/cgroup"
 	"github.com/shimd/shimd/ctrd"
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 )
 
 // loadSpecFiles reads what the spec builder needs from disk: a Localhost seccomp

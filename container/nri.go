@@ -13,7 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/pod"
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 )
 
 // NRI plugins (package nri) hear of pods and containers through these calls:

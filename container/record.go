@@ -14,7 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/record"
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 )
 
 // A container's durable record is its containerd container: labels and a versioned

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 
 	"github.com/shimd/shimd/pod"
-	"github.com/shimd/shimd/runtime/spec"
 	"github.com/shimd/shimd/seclabel"
+	"github.com/shimd/shimd/spec"
 )
 
 // selinuxSpecInput fills the spec builder's SELinux labels for c: its pod's labels,

@@ -12,7 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 	"github.com/shimd/shimd/stats"
 )
 

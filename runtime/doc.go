@@ -48,7 +48,7 @@
 // CreateContainer / StartContainer: the sandbox must be READY -> reserve the name ->
 // resolve the image locally -> prepare the writable layer under a lease and resolve the
 // user in it -> mount the pod's image volumes (container/image_volumes.go) -> build the
-// OCI spec (runtime/spec, a pure function) -> inject the CDI devices asked for
+// OCI spec (spec, a pure function) -> inject the CDI devices asked for
 // (container/cdi.go; checked first) -> NRI plugins adjust the spec (container/nri.go)
 // -> containerd container -> status CREATED.
 // A create retried with the same name and config returns the first call's container

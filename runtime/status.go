@@ -37,9 +37,9 @@ func (s *Service) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*r
 	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeCond, networkCond}},
 		Features: &runtimeapi.RuntimeFeatures{
-			// ResolveUser implements Merge and Strict (runtime/spec/user.go).
+			// ResolveUser implements Merge and Strict (spec/user.go).
 			SupplementalGroupsPolicy: true,
-			// Mount.mount_options: checked and applied by runtime/spec/mount_options.go.
+			// Mount.mount_options: checked and applied by spec/mount_options.go.
 			MountOptions: true,
 			// A pod user namespace with the node's network works wherever the default
 			// handler's runtime runs pod user namespaces at all.

@@ -83,7 +83,7 @@ func validateUserns(ns *runtimeapi.NamespaceOption) error {
 	case runtimeapi.NamespaceMode_POD:
 		// With the node's network too (user_namespaces_host_network): the pause
 		// container makes the user namespace, the containers join it, and /sys is
-		// the host's, bound read-only (runtime/spec/mounts.go).
+		// the host's, bound read-only (spec/mounts.go).
 	default:
 		return invalid(field+".mode", "unsupported mode %s", u.GetMode())
 	}

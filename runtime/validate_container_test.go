@@ -221,7 +221,7 @@ func TestCPUSet(t *testing.T) {
 }
 
 // UpdateContainerResources holds a memory limit to the same minimum (the swap rule
-// needs the stored limits: runtime/spec.UpdateResources) and unified keys and values
+// needs the stored limits: spec.UpdateResources) and unified keys and values
 // to spec.CheckUnified.
 func TestValidateUpdateResources(t *testing.T) {
 	unified := func(k, v string) *runtimeapi.LinuxContainerResources {

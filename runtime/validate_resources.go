@@ -7,7 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/container"
-	"github.com/shimd/shimd/runtime/spec"
+	"github.com/shimd/shimd/spec"
 )
 
 // Limits of the cgroup v1 files runc writes; outside them the kernel or runc refuses.
