@@ -116,7 +116,7 @@ func (x *Exits) finish(ctx context.Context, c *Container, status uint32, at time
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := x.m.deletingTask(c.SandboxID, func() error { return ctrd.DeleteExitedTask(dctx, x.m.ctrd.TaskService(), c.ID) }); err != nil {
+	if err := x.m.gates.deleting(c.SandboxID, func() error { return ctrd.DeleteExitedTask(dctx, x.m.ctrd.TaskService(), c.ID) }); err != nil {
 		log.G(ctx).WithError(err).Warn("delete exited task")
 	} else {
 		c.taskDeleted.Store(true)

@@ -90,7 +90,7 @@ func (s *Manager) deleteContainerdContainer(ctx context.Context, c *Container) e
 
 func (s *Manager) deleteContainerdRecord(ctx context.Context, c *Container) error {
 	if !c.taskDeleted.Load() {
-		if err := s.deletingTask(c.SandboxID, func() error { return ctrd.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID) }); err != nil {
+		if err := s.gates.deleting(c.SandboxID, func() error { return ctrd.DeleteExitedTask(ctx, s.ctrd.TaskService(), c.ID) }); err != nil {
 			return fmt.Errorf("delete task of container %s: %w", c.ID, err)
 		}
 	}

@@ -153,7 +153,7 @@ type Manager struct {
 	events     *Events // GetContainerEvents subscribers
 	exits      *Exits
 	keeper     *exitKeeper // the containers' records in the sandbox store
-	gates      podGates    // pause-less pods' task creates and deletes (shim_gate.go)
+	gates      *podGates   // pause-less pods' task creates and deletes (shim_gate.go)
 	dirs       dirs
 	volumes    *imageVolumes
 	cdi        cdiInjector
@@ -178,6 +178,7 @@ func New(opts Options) *Manager {
 		opts.CleanupTimeout = 2 * time.Minute
 	}
 	s := &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore(), closing: make(chan struct{})}
+	s.gates = &podGates{pods: opts.Pods}
 	s.nri = &NRIGlue{m: s, plugins: opts.NRI}
 	s.events = &Events{m: s}
 	s.exits = &Exits{m: s}

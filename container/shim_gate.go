@@ -34,6 +34,7 @@ import (
 // a task create or delete of its pod holds it or waits for it, so a removed pod
 // leaves none behind.
 type podGates struct {
+	pods  Pods // which pods are pause-less
 	mu    sync.Mutex
 	gates map[string]*podGate
 }
@@ -44,14 +45,13 @@ type podGate struct {
 	users int // holders and waiters, under podGates.mu
 }
 
-// takeGate returns the gate of pod id, counted as used until putGate; nil for a pod
-// with a pause, or one that is gone.
-func (s *Manager) takeGate(sandboxID string) *podGate {
-	p, err := s.opts.Pods.Pod(sandboxID)
+// take returns the gate of pod id, counted as used until put; nil for a pod with a
+// pause, or one that is gone.
+func (g *podGates) take(sandboxID string) *podGate {
+	p, err := g.pods.Pod(sandboxID)
 	if err != nil || !p.Pauseless {
 		return nil
 	}
-	g := &s.gates
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gates == nil {
@@ -66,9 +66,8 @@ func (s *Manager) takeGate(sandboxID string) *podGate {
 	return l
 }
 
-// putGate ends a use of gate l; the last one forgets it.
-func (s *Manager) putGate(l *podGate) {
-	g := &s.gates
+// put ends a use of gate l; the last one forgets it.
+func (g *podGates) put(l *podGate) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if l.users--; l.users == 0 {
@@ -76,18 +75,18 @@ func (s *Manager) putGate(l *podGate) {
 	}
 }
 
-// gatesInUse counts the gates held or waited for.
-func (s *Manager) gatesInUse() int {
-	s.gates.mu.Lock()
-	defer s.gates.mu.Unlock()
-	return len(s.gates.gates)
+// inUse counts the gates held or waited for.
+func (g *podGates) inUse() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.gates)
 }
 
-// deletingTask runs del, a task delete of a container of pod sandboxID, in the pod's
+// deleting runs del, a task delete of a container of pod sandboxID, in the pod's
 // gate.
-func (s *Manager) deletingTask(sandboxID string, del func() error) error {
-	if l := s.takeGate(sandboxID); l != nil {
-		defer s.putGate(l)
+func (g *podGates) deleting(sandboxID string, del func() error) error {
+	if l := g.take(sandboxID); l != nil {
+		defer g.put(l)
 		l.Lock()
 		defer l.Unlock()
 	}
@@ -101,14 +100,14 @@ func shimGone(err error) bool {
 	return strings.Contains(msg, "ttrpc: closed") || strings.Contains(msg, "failed to create TTRPC connection")
 }
 
-// creatingTask runs create, a task create of a container of pod sandboxID, in the
-// pod's gate; one whose shim went away is made again, up to 5 times in about 0.8 s.
-func (s *Manager) creatingTask(ctx context.Context, sandboxID string, create func() error) error {
-	l := s.takeGate(sandboxID)
+// creating runs create, a task create of a container of pod sandboxID, in the pod's
+// gate; one whose shim went away is made again, up to 5 times in about 0.8 s.
+func (g *podGates) creating(ctx context.Context, sandboxID string, create func() error) error {
+	l := g.take(sandboxID)
 	if l == nil {
 		return create()
 	}
-	defer s.putGate(l)
+	defer g.put(l)
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		l.Lock()

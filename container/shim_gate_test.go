@@ -34,16 +34,16 @@ func TestCreatingTaskRetriesOnlyAShimThatWentAway(t *testing.T) {
 		}
 	}
 
-	require.NoError(t, s.creatingTask(ctx, "pl", failing(gone, gone)))
+	require.NoError(t, s.gates.creating(ctx, "pl", failing(gone, gone)))
 	require.Equal(t, 3, calls, "two shims gone, then made")
-	require.ErrorIs(t, s.creatingTask(ctx, "pl", failing(gone, gone, gone, gone, gone, gone)), gone)
+	require.ErrorIs(t, s.gates.creating(ctx, "pl", failing(gone, gone, gone, gone, gone, gone)), gone)
 	require.Equal(t, 5, calls, "tries")
 	other := errors.New("create task: no such file")
-	require.ErrorIs(t, s.creatingTask(ctx, "pl", failing(other)), other)
+	require.ErrorIs(t, s.gates.creating(ctx, "pl", failing(other)), other)
 	require.Equal(t, 1, calls)
-	require.ErrorIs(t, s.creatingTask(ctx, "pause", failing(gone)), gone)
+	require.ErrorIs(t, s.gates.creating(ctx, "pause", failing(gone)), gone)
 	require.Equal(t, 1, calls, "a pod with a pause keeps its shim: nothing to retry")
-	require.Zero(t, s.gatesInUse(), "a gate no one holds is forgotten")
+	require.Zero(t, s.gates.inUse(), "a gate no one holds is forgotten")
 	require.True(t, shimGone(errors.New("failed to start shim: start failed: failed to create TTRPC connection: dial unix /run/s/x: connect: connection refused")))
 }
 
@@ -55,26 +55,26 @@ func TestTaskDeleteWaitsForCreates(t *testing.T) {
 	ctx := context.Background()
 	creating, release := make(chan struct{}), make(chan struct{})
 	go func() {
-		_ = s.creatingTask(ctx, "pl", func() error { close(creating); <-release; return nil })
+		_ = s.gates.creating(ctx, "pl", func() error { close(creating); <-release; return nil })
 	}()
 	<-creating
 	deleted := make(chan struct{})
 	go func() {
-		_ = s.deletingTask("pl", func() error { close(deleted); return nil })
+		_ = s.gates.deleting("pl", func() error { close(deleted); return nil })
 	}()
 	select {
 	case <-deleted:
 		t.Fatal("the delete ran while a create was under way")
 	case <-time.After(100 * time.Millisecond):
 	}
-	require.Equal(t, 1, s.gatesInUse())
+	require.Equal(t, 1, s.gates.inUse())
 	close(release)
 	select {
 	case <-deleted:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the delete never ran after the create")
 	}
-	require.Eventually(t, func() bool { return s.gatesInUse() == 0 }, 5*time.Second, time.Millisecond, "a gate no one holds is forgotten")
+	require.Eventually(t, func() bool { return s.gates.inUse() == 0 }, 5*time.Second, time.Millisecond, "a gate no one holds is forgotten")
 }
 
 // In a pause-less pod two task creates never overlap: both could start a shim, and
@@ -89,12 +89,12 @@ func TestTaskCreatesOneAtATimeInAPauselessPod(t *testing.T) {
 	}{{"pl", false}, {"pause", true}} {
 		first, release := make(chan struct{}), make(chan struct{})
 		go func() {
-			_ = s.creatingTask(ctx, tc.pod, func() error { close(first); <-release; return nil })
+			_ = s.gates.creating(ctx, tc.pod, func() error { close(first); <-release; return nil })
 		}()
 		<-first
 		second := make(chan struct{})
 		go func() {
-			_ = s.creatingTask(ctx, tc.pod, func() error { close(second); return nil })
+			_ = s.gates.creating(ctx, tc.pod, func() error { close(second); return nil })
 		}()
 		select {
 		case <-second:
@@ -109,5 +109,5 @@ func TestTaskCreatesOneAtATimeInAPauselessPod(t *testing.T) {
 			t.Fatalf("%s: the second create never ran", tc.pod)
 		}
 	}
-	require.Eventually(t, func() bool { return s.gatesInUse() == 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.gates.inUse() == 0 }, 5*time.Second, time.Millisecond)
 }

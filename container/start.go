@@ -90,7 +90,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	var initPid uint32
 	ts := s.ctrd.TaskService()
 	// The log is opened for each try: a failed create closes it with its IO.
-	err = s.creatingTask(ctx, c.SandboxID, func() error {
+	err = s.gates.creating(ctx, c.SandboxID, func() error {
 		var logf *logFile
 		if c.LogPath != "" {
 			var err error
@@ -116,7 +116,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	}
 	defer func() {
 		if retErr != nil {
-			if err := s.deletingTask(c.SandboxID, func() error { return s.deleteTask(ctx, c.ID) }); err != nil {
+			if err := s.gates.deleting(c.SandboxID, func() error { return s.deleteTask(ctx, c.ID) }); err != nil {
 				log.G(ctx).WithError(err).Warn("undo task")
 			}
 			cio.close()
