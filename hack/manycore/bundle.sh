@@ -8,8 +8,8 @@
 # host has no xz. hack/manycore/run.sh, run there from the repository root, uses it.
 # MC_K8S=1 also packs the one-node cluster's binaries (hack/tools.sh cluster: the
 # kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd of
-# $KUBELET_VERSION) for BenchmarkKubeletDensity into .manycore-k8s/ (about 56 MiB with
-# xz -9e, a few minutes of CPU): too large to travel beside .manycore/ in one device
+# $KUBELET_VERSION) for BenchmarkKubeletDensity into .manycore-k8s/ (58 MiB with
+# xz -9e, about ten minutes of CPU): too large to travel beside .manycore/ in one device
 # call, so it goes in a call of its own; a warm machine keeps the earlier call's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

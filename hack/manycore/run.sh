@@ -22,10 +22,6 @@ rm -rf "$W"; mkdir -p "$W"
 if command -v xz >/dev/null; then xz -dc "$B/bundle.tar.xz"; else "$B/busybox" xz -dc "$B/bundle.tar.xz"; fi | tar -C "$W" -xf - || exit 1
 mkdir -p "$W/tools/bin" /usr/lib/cni
 cp "$W"/bin/* "$W/tools/bin/"
-if [ -f .manycore-k8s/k8s.tar.xz ]; then # and its tail, if bundle.sh split it
-	cat .manycore-k8s/k8s.tar.xz "$B"/k8s.tar.xz.tail 2>/dev/null |
-		if command -v xz >/dev/null; then xz -dc; else "$B/busybox" xz -dc; fi | tar -C "$W/tools/bin" -xf - || exit 1
-fi
 for p in "$W"/cni/*; do [ -e "/usr/lib/cni/${p##*/}" ] || cp "$p" /usr/lib/cni/; done
 [ -e /usr/bin/docker-registry ] || cp "$W/docker-registry" /usr/bin/docker-registry
 export SHIMD_TOOLS=$W/tools SHIMD_BIN=$W/shimd SHIMD_REGISTRY_STORAGE=$W/reg SHIMD_IMAGES_PREBUILT=1
@@ -62,8 +58,12 @@ if [ -n "${MC_POLL-250}" ]; then
 	bench poll Polling POLL_PODS="${MC_POLL-250}" POLL_WINDOW="${MC_POLL_WINDOW:-60s}"
 fi
 if [ -n "${MC_DENSITY-}" ]; then
-	if ! ls -d "$W"/tools/bin/k8s-* >/dev/null 2>&1; then
-		echo "== density: skipped, no .manycore-k8s/k8s.tar.xz (bundle.sh with MC_K8S=1)"
+	# The cluster's binaries, and their tail if bundle.sh split them.
+	parts=(.manycore-k8s/k8s.tar.xz)
+	[ -e "$B/k8s.tar.xz.tail" ] && parts+=("$B/k8s.tar.xz.tail")
+	if ! (set -o pipefail; cat "${parts[@]}" |
+		if command -v xz >/dev/null; then xz -dc; else "$B/busybox" xz -dc; fi | tar -C "$W/tools/bin" -xf -); then
+		echo "== density: skipped, .manycore-k8s/k8s.tar.xz missing or cut short (bundle.sh with MC_K8S=1)"
 	else
 		# cAdvisor's OOM watcher, which the kubelet will not start without, reads
 		# /dev/kmsg; a host without it gets the console, as kind's nodes do.
