@@ -197,7 +197,7 @@ func (k *Checkpoints) dumpPaused(ctx context.Context, c *Container, work string)
 // walked (as containerd's differ does for overlay upper dirs).
 func (k *Checkpoints) rootfsDiff(ctx context.Context, c *Container, w io.Writer) error {
 	sn := k.m.ctrd.SnapshotService(c.Snapshotter)
-	upper, err := k.m.rootfsMounts(ctx, c)
+	upper, err := k.m.layers.rootfsMounts(ctx, c)
 	if err != nil {
 		return err
 	}

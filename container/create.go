@@ -141,7 +141,7 @@ func (s *Manager) reserveName(ctx context.Context, name string, cfg *runtimeapi.
 
 func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, st *steps) (retErr error) {
 	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
-	prepare, undoLayer, err := s.writableLayer(ctx, c, sb, img, rt, parent)
+	prepare, undoLayer, err := s.layers.make(ctx, c, sb, img, rt, parent)
 	if err != nil {
 		return err
 	}
@@ -366,11 +366,11 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 }
 
 // ensureUnpacked unpacks the image for the snapshotter if its layers are not there.
-func (s *Manager) ensureUnpacked(ctx context.Context, img *image.Image, snapshotter, chainID string) error {
-	if _, err := s.ctrd.SnapshotService(snapshotter).Stat(ctx, chainID); err == nil {
+func ensureUnpacked(ctx context.Context, api containerdAPI, img *image.Image, snapshotter, chainID string) error {
+	if _, err := api.SnapshotService(snapshotter).Stat(ctx, chainID); err == nil {
 		return nil
 	}
-	ci, err := s.ctrd.GetImage(ctx, img.Records[0])
+	ci, err := api.GetImage(ctx, img.Records[0])
 	if err != nil {
 		return fmt.Errorf("image %s: %w", img.ID, err)
 	}

@@ -475,7 +475,7 @@ func newTestService(t *testing.T) *testService {
 			"runc": {Type: "io.containerd.runc.v2", Snapshotter: "overlayfs"}}},
 		Node: NodeInfo{CPUs: "0", MemoryNodes: "0"},
 	})
-	s.ctrd = ctrd
+	s.ctrd, s.layers.ctrd = ctrd, ctrd
 	return &testService{Manager: s, ctrd: ctrd, sb: sb, logDir: logDir}
 }
 

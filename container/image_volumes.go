@@ -111,7 +111,7 @@ func (v *imageVolumes) volume(ctx context.Context, sb pod.Pod, img *image.Image,
 	}
 	chainID := identity.ChainID(img.Config.RootFS.DiffIDs).String()
 	if len(img.Config.RootFS.DiffIDs) > 0 {
-		if err := v.m.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
+		if err := ensureUnpacked(ctx, v.m.ctrd, img, snapshotter, chainID); err != nil {
 			return "", err
 		}
 	} else {

@@ -154,6 +154,7 @@ type Manager struct {
 	exits      *Exits
 	keeper     *exitKeeper // the containers' records in the sandbox store
 	gates      *podGates   // pause-less pods' task creates and deletes (shim_gate.go)
+	layers     *writableLayers
 	dirs       dirs
 	volumes    *imageVolumes
 	cdi        cdiInjector
@@ -179,6 +180,7 @@ func New(opts Options) *Manager {
 	}
 	s := &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore(), closing: make(chan struct{})}
 	s.gates = &podGates{pods: opts.Pods}
+	s.layers = &writableLayers{ctrd: s.ctrd, fsDir: opts.ContainerFsDir, containers: s.containers, cleanupTimeout: opts.CleanupTimeout}
 	s.nri = &NRIGlue{m: s, plugins: opts.NRI}
 	s.events = &Events{m: s}
 	s.exits = &Exits{m: s}

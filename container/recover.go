@@ -92,7 +92,7 @@ func (s *Manager) Recover(ctx context.Context) error {
 	}
 	_ = g.Wait()
 	s.removeOrphanDirs(ctx)
-	s.removeOrphanWritableDirs(ctx)
+	s.layers.removeOrphans(ctx)
 	s.volumes.sweep(ctx)
 	return nil
 }

@@ -223,7 +223,7 @@ func (k *Checkpoints) copyCheckpoint(src string) (*checkpointSource, error) {
 // archive (its layers hold the archive's files at /), as openCheckpoint unpacks one.
 func (k *Checkpoints) openCheckpointImage(ctx context.Context, img *image.Image, ref, snapshotter string) (*checkpointSource, error) {
 	chainID := identity.ChainID(img.Config.RootFS.DiffIDs).String()
-	if err := k.m.ensureUnpacked(ctx, img, snapshotter, chainID); err != nil {
+	if err := ensureUnpacked(ctx, k.m.ctrd, img, snapshotter, chainID); err != nil {
 		return nil, err
 	}
 	return k.unpackCheckpoint(ref, func(dir string) error {

@@ -74,7 +74,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	rootfs, kept := c.takeRootfs()
 	if !kept {
 		var err error
-		if rootfs, err = s.rootfsMounts(ctx, c); err != nil {
+		if rootfs, err = s.layers.rootfsMounts(ctx, c); err != nil {
 			return fmt.Errorf("mounts of the writable layer: %w", err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -45,24 +46,34 @@ const (
 	writableWork  = "work"
 )
 
-// writableDir is the directory of c's writable layer in split mode; "" when split
-// mode is off or the pod keeps the snapshotter's layer.
-func (s *Manager) writableDir(id string, opts []snapshots.Opt) string {
-	if s.opts.ContainerFsDir == "" || len(opts) > 0 {
-		return ""
-	}
-	return filepath.Join(s.opts.ContainerFsDir, id)
+// writableLayers makes, mounts and sweeps the containers' writable layers. It uses
+// nothing of the Manager but its containerd client, its containers (to tell an
+// orphan) and its cleanup timeout.
+type writableLayers struct {
+	ctrd           containerdAPI
+	fsDir          string // container_fs_dir; "": the snapshotter's layers
+	containers     *containerStore
+	cleanupTimeout time.Duration
 }
 
-// writableLayer sets c.WritableDir and returns how to make c's writable layer over
+// dirOf is the directory of container id's writable layer in split mode; "" when
+// split mode is off or the pod keeps the snapshotter's layer.
+func (w *writableLayers) dirOf(id string, opts []snapshots.Opt) string {
+	if w.fsDir == "" || len(opts) > 0 {
+		return ""
+	}
+	return filepath.Join(w.fsDir, id)
+}
+
+// make sets c.WritableDir and returns how to make c's writable layer over
 // the image's layers (chain id parent), and its undo: the snapshotter's layer, or in
 // split mode a view of the image's layers with an overlay on c.WritableDir (made
 // here, before any snapshot or record names it).
-func (s *Manager) writableLayer(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, parent string) (
+func (w *writableLayers) make(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, parent string) (
 	prepare func(context.Context) ([]mount.Mount, error), undo func(), err error) {
-	sn := s.ctrd.SnapshotService(rt.Snapshotter)
+	sn := w.ctrd.SnapshotService(rt.Snapshotter)
 	snOpts := snapshotOpts(sb)
-	c.WritableDir = s.writableDir(c.ID, snOpts)
+	c.WritableDir = w.dirOf(c.ID, snOpts)
 	undoDir := func() {}
 	if c.WritableDir != "" {
 		if undoDir, err = makeWritableDir(c.WritableDir); err != nil {
@@ -80,7 +91,7 @@ func (s *Manager) writableLayer(ctx context.Context, c *Container, sb pod.Pod, i
 		// first, and unpack only when the parent is missing.
 		mounts, err := makeSnapshot(ctx)
 		if errdefs.IsNotFound(err) {
-			if err := s.ensureUnpacked(ctx, img, rt.Snapshotter, parent); err != nil {
+			if err := ensureUnpacked(ctx, w.ctrd, img, rt.Snapshotter, parent); err != nil {
 				return nil, err
 			}
 			mounts, err = makeSnapshot(ctx)
@@ -94,7 +105,7 @@ func (s *Manager) writableLayer(ctx context.Context, c *Container, sb pod.Pod, i
 		return mounts, nil
 	}
 	undo = func() {
-		cctx, cancel := s.detachedContext(ctx)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cleanupTimeout)
 		defer cancel()
 		if err := sn.Remove(cctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Warn("undo writable layer")
@@ -146,8 +157,8 @@ func (c *Container) writableFs() string {
 
 // rootfsMounts are the mounts of c's root filesystem, asked of the snapshotter (and
 // turned into the split overlay when c's writable layer is its own directory).
-func (s *Manager) rootfsMounts(ctx context.Context, c *Container) ([]mount.Mount, error) {
-	m, err := s.ctrd.SnapshotService(c.Snapshotter).Mounts(ctx, c.ID)
+func (w *writableLayers) rootfsMounts(ctx context.Context, c *Container) ([]mount.Mount, error) {
+	m, err := w.ctrd.SnapshotService(c.Snapshotter).Mounts(ctx, c.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -197,13 +208,13 @@ func splitOverlay(view []mount.Mount, dir string) ([]mount.Mount, error) {
 	return []mount.Mount{{Type: "overlay", Source: "overlay", Options: opts}}, nil
 }
 
-// removeOrphanWritableDirs deletes the writable layers in container_fs_dir of
-// containers shimd does not know (a create or a removal cut short).
-func (s *Manager) removeOrphanWritableDirs(ctx context.Context) {
-	if s.opts.ContainerFsDir == "" {
+// removeOrphans deletes the writable layers in container_fs_dir of containers shimd
+// does not know (a create or a removal cut short).
+func (w *writableLayers) removeOrphans(ctx context.Context) {
+	if w.fsDir == "" {
 		return
 	}
-	entries, err := os.ReadDir(s.opts.ContainerFsDir)
+	entries, err := os.ReadDir(w.fsDir)
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("read container_fs_dir")
 		return
@@ -212,11 +223,11 @@ func (s *Manager) removeOrphanWritableDirs(ctx context.Context) {
 		if !e.IsDir() || !isContainerID(e.Name()) {
 			continue // not shimd's (lost+found of a filesystem's root)
 		}
-		if c, err := s.containers.get(e.Name()); err == nil && c.ID == e.Name() {
+		if c, err := w.containers.get(e.Name()); err == nil && c.ID == e.Name() {
 			continue
 		}
 		log.G(ctx).WithField("container", e.Name()).Info("removing orphaned writable layer")
-		if err := os.RemoveAll(filepath.Join(s.opts.ContainerFsDir, e.Name())); err != nil {
+		if err := os.RemoveAll(filepath.Join(w.fsDir, e.Name())); err != nil {
 			log.G(ctx).WithError(err).Warn("remove orphaned writable layer")
 		}
 	}

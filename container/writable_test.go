@@ -64,12 +64,12 @@ func TestSplitOverlay(t *testing.T) {
 }
 
 func TestWritableDir(t *testing.T) {
-	off := &Manager{}
-	require.Empty(t, off.writableDir("c1", nil))
-	on := &Manager{opts: Options{ContainerFsDir: "/cfs"}}
-	require.Equal(t, "/cfs/c1", on.writableDir("c1", nil))
+	off := &writableLayers{}
+	require.Empty(t, off.dirOf("c1", nil))
+	on := &writableLayers{fsDir: "/cfs"}
+	require.Equal(t, "/cfs/c1", on.dirOf("c1", nil))
 	// A pod with a user namespace keeps the snapshotter's ID-mapped layer.
-	require.Empty(t, on.writableDir("c1", snapshotOpts(userNSPod())))
+	require.Empty(t, on.dirOf("c1", snapshotOpts(userNSPod())))
 	c := &Container{ID: "c1", WritableDir: "/cfs/c1"}
 	require.Equal(t, "/cfs/c1/fs", c.WritableUpper())
 	require.Equal(t, "/cfs", c.writableFs())
