@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/seclabel"
 	"github.com/shimd/shimd/spec"
 )
 
@@ -37,12 +38,21 @@ func (a *appArmorDefault) ensure(name string) error {
 	return nil
 }
 
+// confinement is what confines a container beyond its spec's own fields: AppArmor
+// (the node's, shimd's default profile kept loaded) and SELinux (the labeler, the
+// volumes' relabelling). It uses nothing else of the Manager.
+type confinement struct {
+	node     NodeInfo          // its AppArmor and AppArmorDefault
+	apparmor *appArmorDefault  // keeps AppArmorDefault loaded
+	labels   *seclabel.Labeler // never nil: seclabel.Disabled() without SELinux
+}
+
 // appArmorSpecInput fills the spec builder's AppArmor inputs for a container of sc:
 // whether the kernel enforces AppArmor, shimd's default profile, made sure to be
 // loaded when the container will run under it, and that a Localhost profile it asks
 // for is loaded.
-func (s *Manager) appArmorSpecInput(sc *runtimeapi.LinuxContainerSecurityContext, in *spec.Input) error {
-	node := s.opts.Node
+func (s *confinement) appArmorSpecInput(sc *runtimeapi.LinuxContainerSecurityContext, in *spec.Input) error {
+	node := s.node
 	in.AppArmorEnabled, in.AppArmorDefault = node.AppArmor, node.AppArmorDefault
 	if !node.AppArmor {
 		return nil

@@ -41,13 +41,13 @@ func TestAppArmorSpecInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := New(Options{Node: tc.node})
 			loads := 0
-			m.apparmor.load = func(name string) error {
+			m.confine.apparmor.load = func(name string) error {
 				require.Equal(t, tc.node.AppArmorDefault, name)
 				loads++
 				return tc.loadErr
 			}
 			var in spec.Input
-			err := m.appArmorSpecInput(tc.sc, &in)
+			err := m.confine.appArmorSpecInput(tc.sc, &in)
 			require.Equal(t, tc.loads, loads)
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)

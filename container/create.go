@@ -346,14 +346,14 @@ func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, i
 	if err := s.loadSpecFiles(ctx, c, &in); err != nil {
 		return nil, err
 	}
-	if err := s.selinuxSpecInput(c, sb, &in); err != nil {
+	if err := s.confine.selinuxSpecInput(c, sb, &in); err != nil {
 		return nil, err
 	}
 	ociSpec, err := spec.Container(in)
 	if err != nil {
 		return nil, fmt.Errorf("container spec: %w", err)
 	}
-	if err := s.relabelMounts(c, in.SELinuxMountLabel); err != nil {
+	if err := s.confine.relabelMounts(c, in.SELinuxMountLabel); err != nil {
 		return nil, err
 	}
 	if err := s.cdi.inject(ociSpec, c.Config); err != nil {

@@ -32,7 +32,7 @@ func (s *Manager) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 		}
 		in.SeccompLocalhost = data
 	}
-	if err := s.appArmorSpecInput(sc, in); err != nil {
+	if err := s.confine.appArmorSpecInput(sc, in); err != nil {
 		return err
 	}
 	devs, err := spec.ReadDevices(c.Config.GetDevices())

@@ -158,7 +158,7 @@ type Manager struct {
 	dirs       dirs
 	volumes    *imageVolumes
 	cdi        cdiInjector
-	apparmor   *appArmorDefault
+	confine    *confinement // AppArmor and SELinux (apparmor.go, selinux.go)
 	nri        *NRIGlue
 	finishing  sync.WaitGroup // exits being recorded (TaskExit); Close waits
 	closing    chan struct{}  // closed by Close: ends the waits for lost exits
@@ -189,10 +189,10 @@ func New(opts Options) *Manager {
 	s.ckpt = &Checkpoints{m: s, criu: newCRIUChecker()}
 	s.volumes = &imageVolumes{m: s}
 	s.cdi = cdiInjector{registry: opts.CDI}
-	s.apparmor = newAppArmorDefault()
 	if s.opts.Labels == nil {
 		s.opts.Labels = seclabel.Disabled()
 	}
+	s.confine = &confinement{node: s.opts.Node, apparmor: newAppArmorDefault(), labels: s.opts.Labels}
 	return s
 }
 

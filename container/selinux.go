@@ -15,11 +15,11 @@ import (
 // with the fields of c's own SELinuxOptions replacing the pod's (seclabel.Container).
 // Nothing without SELinux, nor in a pod in the node's PID or IPC namespace (CRI-O's
 // rule; the pod has no labels either).
-func (s *Manager) selinuxSpecInput(c *Container, sb pod.Pod, in *spec.Input) error {
+func (s *confinement) selinuxSpecInput(c *Container, sb pod.Pod, in *spec.Input) error {
 	if pod.HostPIDOrIPC(sb.Config) {
 		return nil
 	}
-	l, err := s.opts.Labels.Container(seclabel.Labels{Process: sb.ProcessLabel, Mount: sb.MountLabel},
+	l, err := s.labels.Container(seclabel.Labels{Process: sb.ProcessLabel, Mount: sb.MountLabel},
 		c.Config.GetLinux().GetSecurityContext().GetSelinuxOptions())
 	if err != nil {
 		return err
@@ -32,8 +32,8 @@ func (s *Manager) selinuxSpecInput(c *Container, sb pod.Pod, in *spec.Input) err
 // mount label, as containerd's CRI plugin does at create, once the spec is built (the
 // mounts are then known to be valid). The path is resolved first: a symlink to a
 // node directory is refused like the directory itself. Nothing without SELinux.
-func (s *Manager) relabelMounts(c *Container, mountLabel string) error {
-	if !s.opts.Labels.Enabled() || mountLabel == "" {
+func (s *confinement) relabelMounts(c *Container, mountLabel string) error {
+	if !s.labels.Enabled() || mountLabel == "" {
 		return nil
 	}
 	for i, m := range c.Config.GetMounts() {
@@ -48,7 +48,7 @@ func (s *Manager) relabelMounts(c *Container, mountLabel string) error {
 		if err != nil {
 			return fmt.Errorf("%s: resolve %q: %w", field, m.GetHostPath(), err)
 		}
-		if err := s.opts.Labels.Relabel(field, src, mountLabel); err != nil {
+		if err := s.labels.Relabel(field, src, mountLabel); err != nil {
 			return err
 		}
 	}
