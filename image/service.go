@@ -5,7 +5,6 @@
 package image
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -99,13 +98,4 @@ func (s *Service) isPinned(name string, labels map[string]string) bool {
 		}
 	}
 	return false
-}
-
-// ctxErr reports the caller's context error, if any, so that a deadline is reported as
-// DeadlineExceeded rather than as whatever the cancelled call returned.
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
 }

@@ -266,19 +266,15 @@ func registryHosts(b testing.TB) string {
 	return hosts
 }
 
-// startCRI starts a containerd with its CRI plugin, the CNI network in <base>/net.d
-// (the CRI plugin's conf dir) and a leak check of namespace k8s.io, makes it find
-// the sandbox image, and waits until it is ready.
-func startCRI(b testing.TB, hosts string) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
-	return startCRIOn(b, hosts, false)
-}
-
-// startCRIOn is startCRI, with the runsc handler in the CRI plugin if runsc.
+// startCRIOn starts a containerd with its CRI plugin (with the runsc handler if
+// runsc), the CNI network in <base>/net.d (the CRI plugin's conf dir) and a leak
+// check of namespace k8s.io, makes it find the sandbox image, and waits until it is
+// ready.
 func startCRIOn(b testing.TB, hosts string, runsc bool) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
 	return startCRIWith(b, hosts, harness.ContainerdOptions{Runsc: runsc})
 }
 
-// startCRIWith is startCRI with more of the containerd's options (the CRI plugin, the
+// startCRIWith is startCRIOn with more of the containerd's options (the CRI plugin, the
 // registry hosts and the log level are set here).
 func startCRIWith(b testing.TB, hosts string, opts harness.ContainerdOptions) (*harness.Env, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
 	opts.WithCRI, opts.RegistryConfigPath, opts.LogLevel = true, hosts, benchLogLevel

@@ -83,7 +83,7 @@ func runMain(m *testing.M) int {
 	// The tests' image, from the offline image set the guest serves itself.
 	out, err := guest.Output(ctx, "crictl pull docker.io/library/busybox:latest")
 	if err != nil {
-		fmt.Println("vm:", err)
+		fmt.Println("vm: pull the tests' image:", err, out)
 		guest.Kill()
 		return 1
 	}
