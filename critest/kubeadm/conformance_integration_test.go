@@ -70,6 +70,7 @@ func TestKubeadmConformance(t *testing.T) {
 	default:
 		harness.Fatalf(t, "SHIMD_KUBEADM_CRI=%q: want shimd or containerd", cri)
 	}
+	removeE2EHostPaths(t)
 	start := time.Now()
 	c := StartWith(t, opts)
 	t.Cleanup(func() { c.Reset(t) })
@@ -191,5 +192,26 @@ func (p conformancePass) run(t *testing.T, c *Cluster, e2eTest, ginkgo, repoList
 		for _, f := range j.Failed {
 			t.Logf("failed: %s (report %s)", f, dir)
 		}
+	}
+}
+
+// e2eHostPaths are what upstream's e2e tests leave on a node's filesystem, which is
+// the host's for these nodes: the Job tests' hostPath volumes (DirectoryOrCreate
+// under /tmp/job-e2e, test/e2e/framework/job/fixtures.go), which nothing removes.
+var e2eHostPaths = []string{"/tmp/job-e2e"}
+
+// removeE2EHostPaths removes, when the test ends, what of e2eHostPaths the run made
+// (one that was there before is the host's and stays).
+func removeE2EHostPaths(t *testing.T) {
+	for _, p := range e2eHostPaths {
+		if _, err := os.Lstat(p); err == nil {
+			t.Logf("%s was there before the run: left as it is", p)
+			continue
+		}
+		t.Cleanup(func() {
+			if err := os.RemoveAll(p); err != nil {
+				t.Errorf("remove the e2e tests' %s: %v", p, err)
+			}
+		})
 	}
 }
