@@ -467,15 +467,14 @@ func newTestService(t *testing.T) *testService {
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "pod", Namespace: "default", Uid: "uid"},
 		LogDirectory: logDir,
 	}, Files: pod.Files{Hostname: pods + "/hostname", Hosts: pods + "/hosts", ResolvConf: pods + "/resolv.conf", Shm: pods + "/shm"}}
-	s := New(Options{
+	s := newManager(Options{
 		Pods:    &fakePods{sbs: map[string]*pod.Pod{sb.ID: sb}},
 		Images:  fakeImages{img: img},
 		RootDir: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state"),
 		Namespace: "test", CgroupDriver: "cgroupfs", Handlers: pod.Handlers{Default: "runc", ByName: map[string]pod.Handler{
 			"runc": {Type: "io.containerd.runc.v2", Snapshotter: "overlayfs"}}},
 		Node: NodeInfo{CPUs: "0", MemoryNodes: "0"},
-	})
-	s.ctrd, s.layers.ctrd = ctrd, ctrd
+	}, ctrd)
 	return &testService{Manager: s, ctrd: ctrd, sb: sb, logDir: logDir}
 }
 

@@ -168,7 +168,11 @@ type Manager struct {
 }
 
 // New makes the container manager; call Recover before serving.
-func New(opts Options) *Manager {
+func New(opts Options) *Manager { return newManager(opts, opts.Client) }
+
+// newManager is New on api, the client every part of the manager uses (a fake in
+// the unit tests).
+func newManager(opts Options, api containerdAPI) *Manager {
 	if opts.Node.CPUs == "" {
 		opts.Node.CPUs = readOnlineSet("/sys/devices/system/cpu/online", "0")
 	}
@@ -178,7 +182,7 @@ func New(opts Options) *Manager {
 	if opts.CleanupTimeout == 0 {
 		opts.CleanupTimeout = 2 * time.Minute
 	}
-	s := &Manager{opts: opts, ctrd: opts.Client, containers: newContainerStore(), closing: make(chan struct{})}
+	s := &Manager{opts: opts, ctrd: api, containers: newContainerStore(), closing: make(chan struct{})}
 	s.gates = &podGates{pods: opts.Pods}
 	s.layers = &writableLayers{ctrd: s.ctrd, fsDir: opts.ContainerFsDir, containers: s.containers, cleanupTimeout: opts.CleanupTimeout}
 	s.nri = &NRIGlue{m: s, plugins: opts.NRI}
@@ -236,7 +240,12 @@ func (s *Manager) Close() {
 // detachedContext is detached from the request (keeping its values) and bounded by
 // the cleanup timeout: work that must not be left half done runs under it.
 func (s *Manager) detachedContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.CleanupTimeout)
+	return detached(ctx, s.opts.CleanupTimeout)
+}
+
+// detached is ctx without its cancellation (its values kept), bounded by timeout.
+func detached(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
 }
 
 // readOnlineSet reads a sysfs list of online CPUs or memory nodes; def when the file

@@ -105,7 +105,7 @@ func (w *writableLayers) make(ctx context.Context, c *Container, sb pod.Pod, img
 		return mounts, nil
 	}
 	undo = func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cleanupTimeout)
+		cctx, cancel := detached(ctx, w.cleanupTimeout)
 		defer cancel()
 		if err := sn.Remove(cctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).WithError(err).Warn("undo writable layer")
