@@ -99,7 +99,7 @@ func (s *Manager) create(ctx context.Context, req *runtimeapi.CreateContainerReq
 	// NRI plugins' synchronization waits until the container is listed or gone, so
 	// a plugin that connects meanwhile learns of it one way or the other.
 	unblock := s.nri.blockSync()
-	if err := s.createContainer(cctx, c, sb, img, rt, st); err != nil {
+	if err := s.createContainer(cctx, &draft{c: c, sb: sb, img: img, rt: rt, st: st}); err != nil {
 		// Plugins that saw it created hear it is gone.
 		s.nri.containerEvent(cctx, api.Event_REMOVE_CONTAINER, c)
 		unblock()
@@ -139,147 +139,186 @@ func (s *Manager) reserveName(ctx context.Context, name string, cfg *runtimeapi.
 	}
 }
 
-func (s *Manager) createContainer(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, st *steps) (retErr error) {
-	parent := identity.ChainID(img.Config.RootFS.DiffIDs).String()
-	prepare, undoLayer, err := s.layers.make(ctx, c, sb, img, rt, parent)
+// draft is a container on its way to CREATED: what create gathered for it, and what
+// createContainer's steps add.
+type draft struct {
+	c   *Container
+	sb  pod.Pod
+	img *image.Image
+	rt  pod.Handler
+	st  *steps
+	// parent is the chain id of the image's layers: the writable layer's parent.
+	parent string
+	// prepare makes the writable layer (writableLayers.make); prepared tells that it
+	// was made before the records, and mounts are its mounts once made.
+	prepare  func(context.Context) ([]mount.Mount, error)
+	prepared bool
+	mounts   []mount.Mount
+}
+
+// createContainer makes d's container, undoing what it made if it fails:
+//
+//  1. the writable layer is set up (made now, or after the records when nothing
+//     needs it before)
+//  2. the user comes from the image's user database
+//  3. the OCI spec, with the pod's volumes, checked against the image's tree
+//  4. containerd's container record and the sandbox store's record
+//  5. the writable layer if not made yet; the status file says CREATED
+func (s *Manager) createContainer(ctx context.Context, d *draft) (retErr error) {
+	d.parent = identity.ChainID(d.img.Config.RootFS.DiffIDs).String()
+	prepare, undoLayer, err := s.layers.make(ctx, d.c, d.sb, d.img, d.rt, d.parent)
 	if err != nil {
 		return err
 	}
+	d.prepare = prepare
 	defer func() {
 		if retErr != nil {
 			undoLayer()
 		}
 	}()
-	// The user comes from the image's /etc/passwd and /etc/group, read from the
-	// writable layer of the image's first container and kept by chain id. The layer
-	// is also made first when paths of the request are to be checked in it.
-	db := s.userDBs.get(parent)
-	var mounts []mount.Mount
-	prepared := db == nil || s.treesOK.mayNeedRootfs(parent, c.Config, img.Config.Config.WorkingDir) || c.restore != nil
-	if prepared {
-		// The layer has to exist before the record that names it: a lease keeps it
-		// from containerd's garbage collector until then.
-		lctx, done, err := image.WithLease(ctx, s.ctrd, "container")
-		if err != nil {
-			return fmt.Errorf("lease: %w", err)
-		}
-		defer done(context.WithoutCancel(lctx))
-		ctx = lctx
-		if mounts, err = prepare(ctx); err != nil {
+	ctx, endLease, err := s.resolveUser(ctx, d)
+	defer endLease()
+	if err != nil {
+		return err
+	}
+	ociSpec, err := s.draftSpec(ctx, d)
+	if err != nil {
+		return err
+	}
+	if d.c.restore != nil {
+		defer func() {
+			if retErr != nil {
+				os.RemoveAll(s.dirs.containerDir(d.c.ID))
+			}
+		}()
+	}
+	if err := s.writeRecords(ctx, d, ociSpec); err != nil {
+		return err
+	}
+	c := d.c
+	if !d.prepared {
+		// The record names the layer before it exists: containerd's garbage collector
+		// keeps it from its creation on, without a lease.
+		if d.mounts, err = d.prepare(ctx); err != nil {
+			s.deleter.undoRecords(ctx, c, true, true)
 			return err
 		}
+		d.st.done("snapshot")
+	}
+	c.setRootfs(d.mounts)
+	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
+		cctx, cancel := s.detachedContext(ctx)
+		defer cancel()
+		if derr := s.deleter.delete(cctx, c); derr != nil {
+			log.G(ctx).WithError(derr).Warn("undo containerd container; will retry")
+			s.deleter.later(c)
+		}
+		return fmt.Errorf("write container status: %w", err)
+	}
+	d.st.done("status")
+	return nil
+}
+
+// resolveUser sets d.c.User from the image's /etc/passwd and /etc/group, read from
+// the writable layer of the image's first container and kept by chain id. The layer
+// is made here (d.prepared) when the user database is not kept yet, when paths of
+// the request are to be checked in it, or for a restore; it has to exist before the
+// record that names it, so a lease, which the returned context holds and end ends,
+// keeps it from containerd's garbage collector until then.
+func (s *Manager) resolveUser(ctx context.Context, d *draft) (_ context.Context, end func(), err error) {
+	end = func() {}
+	db := s.userDBs.get(d.parent)
+	d.prepared = db == nil || s.treesOK.mayNeedRootfs(d.parent, d.c.Config, d.img.Config.Config.WorkingDir) || d.c.restore != nil
+	if d.prepared {
+		lctx, done, err := image.WithLease(ctx, s.ctrd, "container")
+		if err != nil {
+			return ctx, end, fmt.Errorf("lease: %w", err)
+		}
+		ctx, end = lctx, func() { _ = done(context.WithoutCancel(lctx)) }
+		if d.mounts, err = d.prepare(ctx); err != nil {
+			return ctx, end, err
+		}
 		if db == nil {
-			if err := mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
+			if err := mount.WithReadonlyTempMount(ctx, d.mounts, func(root string) error {
 				db, err = spec.ReadUserDB(root)
 				return err
 			}); err != nil {
-				return fmt.Errorf("resolve user: %w", err)
+				return ctx, end, fmt.Errorf("resolve user: %w", err)
 			}
-			s.userDBs.put(parent, db)
-			st.done("snapshot+passwd")
+			s.userDBs.put(d.parent, db)
+			d.st.done("snapshot+passwd")
 		} else {
-			st.done("snapshot")
+			d.st.done("snapshot")
 		}
 	}
-	user, err := db.Resolve(c.Config.GetLinux().GetSecurityContext(), img.Config.Config.User)
+	user, err := db.Resolve(d.c.Config.GetLinux().GetSecurityContext(), d.img.Config.Config.User)
 	if err != nil {
-		return fmt.Errorf("resolve user: %w", err)
+		return ctx, end, fmt.Errorf("resolve user: %w", err)
 	}
-	c.User = user
-	st.done("user")
-	withVolumes, err := s.volumes.mount(ctx, c, sb, rt.Snapshotter)
+	d.c.User = user
+	d.st.done("user")
+	return ctx, end, nil
+}
+
+// draftSpec mounts the pod's image volumes, builds the container's OCI spec and
+// checks its paths against the image's tree; for a restore, it checks the
+// checkpoint's process against the spec and lays the checkpoint out (the caller
+// removes the container's directory if a later step fails).
+func (s *Manager) draftSpec(ctx context.Context, d *draft) (*specs.Spec, error) {
+	c := d.c
+	withVolumes, err := s.volumes.mount(ctx, c, d.sb, d.rt.Snapshotter)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.Config = withVolumes
-	ociSpec, err := s.containerSpec(ctx, c, sb, img, user)
+	ociSpec, err := s.containerSpec(ctx, d)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.treesOK.checkTreePaths(ctx, parent, c.Config, img.Config.Config.WorkingDir, ociSpec, mounts); err != nil {
-		return err
+	if err := s.treesOK.checkTreePaths(ctx, d.parent, c.Config, d.img.Config.Config.WorkingDir, ociSpec, d.mounts); err != nil {
+		return nil, err
 	}
 	if c.restore != nil {
 		if err := c.restore.checkProcess(ociSpec); err != nil {
-			return err
+			return nil, err
 		}
-		if err := s.ckpt.applyCheckpoint(ctx, c, mounts); err != nil {
-			return err
+		if err := s.ckpt.applyCheckpoint(ctx, c, d.mounts); err != nil {
+			return nil, err
 		}
-		defer func() {
-			if retErr != nil {
-				os.RemoveAll(s.dirs.containerDir(c.ID))
-			}
-		}()
-		st.done("checkpoint")
+		d.st.done("checkpoint")
 	}
-	st.done("volumes+spec")
+	d.st.done("volumes+spec")
+	return ociSpec, nil
+}
+
+// writeRecords writes containerd's container record for d and, beside it, the
+// container's record in the sandbox store (exit_keep.go); if either fails, neither
+// is left.
+func (s *Manager) writeRecords(ctx context.Context, d *draft, ociSpec *specs.Spec) error {
+	c := d.c
 	opts := []client.NewContainerOpts{
-		ctrd.WithSnapshotKey(rt.Snapshotter, c.ID),
-		client.WithImageName(img.Records[0]),
-		client.WithRuntime(rt.Type, rt.Options),
+		ctrd.WithSnapshotKey(d.rt.Snapshotter, c.ID),
+		client.WithImageName(d.img.Records[0]),
+		client.WithRuntime(d.rt.Type, d.rt.Options),
 		client.WithSpec(ociSpec),
-		withContainerRecord(c, img.Target.Digest.String()),
+		withContainerRecord(c, d.img.Target.Digest.String()),
 	}
-	if sb.InStore {
+	if d.sb.InStore {
 		// containerd loads the task into the pod's running shim (sandbox_store.go).
-		opts = append(opts, client.WithSandbox(sb.ID))
+		opts = append(opts, client.WithSandbox(d.sb.ID))
 	}
-	// The container's record in the sandbox store (exit_keep.go) is written beside
-	// containerd's container record.
 	kept := make(chan error, 1)
 	go func() { kept <- s.keeper.keep(ctx, c.ID, c.SandboxID) }()
 	createErr := ctrd.CreateContainer(ctx, s.ctrd.ContainerService(), c.ID, opts...)
 	if keepErr := <-kept; createErr != nil || keepErr != nil {
-		s.undoRecords(ctx, c, createErr == nil, keepErr == nil)
+		s.deleter.undoRecords(ctx, c, createErr == nil, keepErr == nil)
 		if createErr != nil {
 			return fmt.Errorf("create containerd container: %w", createErr)
 		}
 		return keepErr
 	}
-	st.done("container")
-	if !prepared {
-		// The record names the layer before it exists: containerd's garbage collector
-		// keeps it from its creation on, without a lease.
-		if mounts, err = prepare(ctx); err != nil {
-			s.undoRecords(ctx, c, true, true)
-			return err
-		}
-		st.done("snapshot")
-	}
-	c.setRootfs(mounts)
-	if err := c.Update(func(st *containerStatus) error { st.State = runtimeapi.ContainerState_CONTAINER_CREATED; return nil }); err != nil {
-		cctx, cancel := s.detachedContext(ctx)
-		defer cancel()
-		if derr := s.deleteContainerd(cctx, c); derr != nil {
-			log.G(ctx).WithError(derr).Warn("undo containerd container; will retry")
-			s.removeLater(c)
-		}
-		return fmt.Errorf("write container status: %w", err)
-	}
-	st.done("status")
+	d.st.done("container")
 	return nil
-}
-
-// undoRecords deletes what a failed create made of c's records: containerd's
-// container record and c's record in the sandbox store (exit_keep.go). One that
-// cannot be deleted now is retried by the cleanup queue.
-func (s *Manager) undoRecords(ctx context.Context, c *Container, container, kept bool) {
-	cctx, cancel := s.detachedContext(ctx)
-	defer cancel()
-	var err error
-	if container {
-		if err = s.ctrd.ContainerService().Delete(cctx, c.ID); errdefs.IsNotFound(err) {
-			err = nil
-		}
-	}
-	if kept && err == nil {
-		err = s.keeper.release(cctx, c.ID)
-	}
-	if err != nil {
-		log.G(ctx).WithError(err).Warn("undo containerd container; will retry")
-		s.removeLater(c)
-	}
 }
 
 // userDBCache keeps the user databases of images by chain id (see spec.UserDB), at
@@ -316,7 +355,8 @@ func (u *userDBCache) put(chainID string, db *spec.UserDB) {
 }
 
 // containerSpec gathers the inputs of the pure spec builder.
-func (s *Manager) containerSpec(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, user spec.User) (*specs.Spec, error) {
+func (s *Manager) containerSpec(ctx context.Context, d *draft) (*specs.Spec, error) {
+	c, sb, img, user := d.c, d.sb, d.img, d.c.User
 	files := sb.Files
 	in := spec.Input{
 		ID: c.ID, Namespace: s.opts.Namespace, SandboxID: sb.ID, Config: c.Config, SandboxConfig: sb.Config,

@@ -137,7 +137,7 @@ func TestCreateUndoFailureRetried(t *testing.T) {
 	ts := newTestService(t)
 	q := cleanup.New()
 	q.First = 10 * time.Millisecond
-	ts.opts.Cleanups = q
+	ts.useCleanups(q)
 	// The first container reads the image's users; the second's writable layer is
 	// then prepared after its record is written.
 	_, err := ts.Create(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: ts.sb.ID, Config: containerConfig("first"), SandboxConfig: ts.sb.Config})

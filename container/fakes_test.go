@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/image"
 	"github.com/shimd/shimd/pod"
 )
@@ -485,4 +486,11 @@ func containerConfig(name string) *runtimeapi.ContainerConfig {
 		Command:  []string{"sleep", "60"},
 		LogPath:  name + ".log",
 	}
+}
+
+// useCleanups gives the manager a cleanup queue after the fact, as Options.Cleanups
+// would have.
+func (ts *testService) useCleanups(q *cleanup.Queue) {
+	ts.opts.Cleanups = q
+	ts.deleter.cleanups = q
 }

@@ -154,6 +154,7 @@ type Manager struct {
 	exits      *Exits
 	keeper     *exitKeeper // the containers' records in the sandbox store
 	gates      *podGates   // pause-less pods' task creates and deletes (shim_gate.go)
+	deleter    *deleter
 	layers     *writableLayers
 	dirs       dirs
 	volumes    *imageVolumes
@@ -190,6 +191,8 @@ func newManager(opts Options, api containerdAPI) *Manager {
 	s.exits = &Exits{m: s}
 	s.keeper = &exitKeeper{store: ctrd.NewSandboxStore(opts.Client)}
 	s.dirs = dirs{root: opts.RootDir, state: opts.StateDir}
+	s.deleter = &deleter{ctrd: api, gates: s.gates, keeper: s.keeper, pods: opts.Pods, dirs: s.dirs,
+		cleanups: opts.Cleanups, cleanupTimeout: opts.CleanupTimeout, cgroupDriver: opts.CgroupDriver, namespace: opts.Namespace}
 	s.ckpt = &Checkpoints{m: s, criu: newCRIUChecker()}
 	s.volumes = &imageVolumes{m: s}
 	s.cdi = cdiInjector{registry: opts.CDI}

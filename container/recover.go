@@ -51,11 +51,11 @@ func (s *Manager) Recover(ctx context.Context) error {
 		if err != nil || sbErr != nil {
 			log.G(ctx).WithField("container", c.ID).Info("removing container whose creation or pod removal was interrupted")
 			dctx, cancel := context.WithTimeout(ctx, cleanup.RecoveryAttempt)
-			err := s.deleteContainerd(dctx, c)
+			err := s.deleter.delete(dctx, c)
 			cancel()
 			if err != nil {
 				log.G(ctx).WithError(err).Warn("remove orphaned container; will retry")
-				s.removeLater(c)
+				s.deleter.later(c)
 			}
 			os.RemoveAll(s.dirs.containerDir(c.ID))
 			continue

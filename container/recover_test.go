@@ -25,7 +25,7 @@ func TestAdoptRetriedWhileTaskStateUnknown(t *testing.T) {
 	ts := newTestService(t)
 	q := cleanup.New()
 	q.First, q.Max = 10*time.Millisecond, 20*time.Millisecond
-	ts.opts.Cleanups = q
+	ts.useCleanups(q)
 	resp, err := ts.Create(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: ts.sb.ID, Config: containerConfig("c"), SandboxConfig: ts.sb.Config})
 	require.NoError(t, err)
 	id := resp.ContainerId
@@ -79,7 +79,7 @@ func TestAdoptLaterSkipsRemovedContainer(t *testing.T) {
 	ts := newTestService(t)
 	q := cleanup.New()
 	q.First = 10 * time.Millisecond
-	ts.opts.Cleanups = q
+	ts.useCleanups(q)
 	resp, err := ts.Create(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: ts.sb.ID, Config: containerConfig("c"), SandboxConfig: ts.sb.Config})
 	require.NoError(t, err)
 	c, err := ts.containers.get(resp.ContainerId)

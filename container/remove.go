@@ -35,7 +35,7 @@ func (s *Manager) removeContainer(ctx context.Context, c *Container) error {
 	if err := s.stopContainer(ctx, c, 0); err != nil {
 		return err
 	}
-	if err := s.deleteContainerd(ctx, c); err != nil {
+	if err := s.deleter.delete(ctx, c); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(s.dirs.containerDir(c.ID)); err != nil {

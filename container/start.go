@@ -116,7 +116,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	}
 	defer func() {
 		if retErr != nil {
-			if err := s.gates.deleting(c.SandboxID, func() error { return s.deleteTask(ctx, c.ID) }); err != nil {
+			if err := s.gates.deleting(c.SandboxID, func() error { return ctrd.KillDeleteTask(ctx, s.ctrd.TaskService(), c.ID) }); err != nil {
 				log.G(ctx).WithError(err).Warn("undo task")
 			}
 			cio.close()

@@ -34,7 +34,7 @@ import (
 // from container_fs_dir (upper and work must share a filesystem; the lowers need not).
 //
 // Lifecycle: the directory is made before the view and the record, and removed after
-// the containerd container is deleted (deleteContainerdContainer). Recovery removes
+// the containerd container is deleted (deleter.delete). Recovery removes
 // every directory of container_fs_dir whose container shimd does not know
 // (removeOrphanDirs): a create or a removal cut short by a crash leaves none behind.
 //

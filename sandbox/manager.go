@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,9 +71,12 @@ type Manager struct {
 	opts  Options
 	store *store
 	fs    layout // paths and files on the host
+	// cgroups are the pause tasks' cgroups; shims, the shim processes (recovery's).
+	cgroups podCgroups
+	shims   shims
 
-	// imageArgs caches the pause image's process (entrypoint+cmd, env) by config digest.
-	imageArgs sync.Map
+	// pauseProcs caches the pause image's process (entrypoint+cmd, env).
+	pauseProcs pauseProcesses
 	// running holds the sandboxes whose Run is in progress, by id (their records
 	// are "creating" on purpose, or "created" while they are announced); the live
 	// sweep leaves them alone, and TaskExit finds them here until they are listed.
@@ -100,27 +102,19 @@ func NewManager(opts Options) *Manager {
 		opts.Labels = seclabel.Disabled()
 	}
 	return &Manager{opts: opts, store: newStore(), fs: layout{root: opts.RootDir, state: opts.StateDir, sel: opts.Labels},
+		cgroups: podCgroups{driver: opts.CgroupDriver, namespace: opts.Namespace},
+		shims:   shims{client: opts.Client, address: opts.ContainerdAddress, namespace: opts.Namespace},
 		records: &storeRecords{store: ctrd.NewSandboxStore(opts.Client)}}
 }
+
+// PodShimSocket finds the socket of the shim that runs a pause-less pod's containers
+// (shims.podSocket). The container package asks it for exits while containerd is away
+// (container.Exits.Live).
+func (m *Manager) PodShimSocket(id string) (string, error) { return m.shims.podSocket(id) }
 
 // Close is for shutdown, after the server stopped: it waits for the Run recipes in
 // progress (each bounded by the cleanup timeout), so that none is cut in half.
 func (m *Manager) Close() { m.runs.Wait() }
-
-func (l layout) netnsDir() string { return filepath.Join(l.state, "netns") }
-
-// usernsDir pins the user namespaces of pods that have their own.
-func (l layout) usernsDir() string { return filepath.Join(l.state, "userns") }
-
-// usernsPath is where the user namespace of a pod with its own is pinned, else "".
-// It is pinned with the network namespace it owns; a pod on the node's network has
-// none, and its pause container makes the user namespace instead.
-func (l layout) usernsPath(sb *Sandbox) string {
-	if sb.UserNamespace() == nil || sb.NetNSPath == "" {
-		return ""
-	}
-	return filepath.Join(l.usernsDir(), sb.ID)
-}
 
 // Pod returns the facts of a sandbox, found by id or unique id prefix (NotFound if
 // none).

@@ -180,7 +180,7 @@ func (m *Manager) undoUnfinishedRuns(ctx context.Context) {
 }
 
 func (m *Manager) sweep(ctx context.Context, live bool) error {
-	if _, err := m.ReapOrphanShims(ctx, live); err != nil {
+	if _, err := m.shims.reapOrphans(ctx, live); err != nil {
 		return err
 	}
 	ctrs, err := m.opts.Client.ContainerService().List(ctx)
@@ -191,7 +191,7 @@ func (m *Manager) sweep(ctx context.Context, live bool) error {
 	for _, c := range ctrs {
 		known[c.ID] = true
 	}
-	m.removeOrphanCgroups(ctx, func(id string) bool { return known[id] })
+	m.cgroups.removeOrphans(ctx, func(id string) bool { return known[id] })
 	return nil
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -156,10 +156,10 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 	}
 	undo.push(func(context.Context) error { undoFiles(); return nil })
 
-	if err := m.createNamespaces(sb); err != nil {
+	if err := m.fs.createNamespaces(sb); err != nil {
 		return err
 	}
-	undo.push(func(context.Context) error { return m.removeNamespaces(sb) })
+	undo.push(func(context.Context) error { return m.fs.removeNamespaces(sb) })
 
 	// The pause process needs only the namespace to exist, not the network inside it,
 	// so the CNI plugins and the shim start in parallel.
@@ -176,14 +176,14 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 	netErr := <-netc
 	if sb.NetNSPath != "" {
 		// Even a failed ADD may hold an address: DEL releases whatever it got.
-		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, m.attachment(sb)) })
+		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, attachment(sb)) })
 	}
 	// A failed create or start may still leave a task (a create cut short by the
 	// deadline): delete whatever containerd has.
 	undo.push(func(ctx context.Context) error { return m.deleteTask(ctx, sb.ID) })
 	if taskErr != nil {
 		// A runc create that failed half way may leave the cgroup it made.
-		undo.push(func(ctx context.Context) error { m.removeCgroup(ctx, sb); return nil })
+		undo.push(func(ctx context.Context) error { m.cgroups.remove(ctx, sb); return nil })
 	}
 	if err := errors.Join(taskErr, netErr); err != nil {
 		return err
@@ -236,11 +236,11 @@ func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt pod.Handler,
 	if err := m.fs.createPins(sb); err != nil {
 		return err
 	}
-	undo.push(func(context.Context) error { return m.removeNamespaces(sb) })
+	undo.push(func(context.Context) error { return m.fs.removeNamespaces(sb) })
 	t1 := time.Now()
 	err = m.setupNetwork(ctx, sb)
 	if sb.NetNSPath != "" {
-		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, m.attachment(sb)) })
+		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, attachment(sb)) })
 	}
 	if err != nil {
 		return err
@@ -255,37 +255,6 @@ func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt pod.Handler,
 	log.G(ctx).WithField("ips", sb.IPs).WithField("mode", "pause-less").WithField("steps", fmt.Sprintf("pauseless record+files+namespaces=%s cni=%s record=%s",
 		t1.Sub(t0), t2.Sub(t1), time.Since(t2))).Info("sandbox ready")
 	return nil
-}
-
-// createNamespaces pins the pod's network namespace, owned by the pod's own user
-// namespace (pinned too) when it has one.
-func (m *Manager) createNamespaces(sb *Sandbox) error {
-	if sb.NetNSPath == "" {
-		return nil
-	}
-	u := sb.UserNamespace()
-	if u == nil {
-		return network.CreateNetNS(sb.NetNSPath)
-	}
-	um, gm := u.GetUids()[0], u.GetGids()[0]
-	return network.CreateNetNSInUserns(sb.NetNSPath, m.fs.usernsPath(sb),
-		fmt.Sprintf("%d:%d:%d", um.GetContainerId(), um.GetHostId(), um.GetLength()),
-		fmt.Sprintf("%d:%d:%d", gm.GetContainerId(), gm.GetHostId(), gm.GetLength()))
-}
-
-// removeNamespaces unpins what createNamespaces pinned; missing ones are fine.
-func (m *Manager) removeNamespaces(sb *Sandbox) error {
-	var errs []error
-	if sb.NetNSPath != "" {
-		errs = append(errs, network.RemoveNetNS(sb.NetNSPath))
-	}
-	if p := m.fs.usernsPath(sb); p != "" {
-		errs = append(errs, network.RemoveNetNS(p))
-	}
-	if sb.Pauseless {
-		errs = append(errs, m.fs.removePins(sb.ID))
-	}
-	return errors.Join(errs...)
 }
 
 // snapshotOpts are the options of the pod's snapshot: with the pod's own user
@@ -306,7 +275,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 	if err != nil {
 		return nil, fmt.Errorf("pause image: %w", err)
 	}
-	info, err := m.imageProcess(ctx, img)
+	info, err := m.pauseProcs.of(ctx, img)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +367,7 @@ func (m *Manager) setupNetwork(ctx context.Context, sb *Sandbox) error {
 	if sb.NetNSPath == "" {
 		return nil
 	}
-	res, err := m.opts.Network.Setup(ctx, m.attachment(sb))
+	res, err := m.opts.Network.Setup(ctx, attachment(sb))
 	if err != nil {
 		return fmt.Errorf("set up pod network: %w", err)
 	}
@@ -408,37 +377,14 @@ func (m *Manager) setupNetwork(ctx context.Context, sb *Sandbox) error {
 	return nil
 }
 
-// attachment describes the pod to CNI.
-func (m *Manager) attachment(sb *Sandbox) network.Attachment {
-	md := sb.Config.GetMetadata()
-	a := network.Attachment{
-		ID:        sb.ID,
-		NetNSPath: sb.NetNSPath,
-		Args: [][2]string{
-			{"K8S_POD_NAMESPACE", md.GetNamespace()},
-			{"K8S_POD_NAME", md.GetName()},
-			{"K8S_POD_INFRA_CONTAINER_ID", sb.ID},
-			{"K8S_POD_UID", md.GetUid()},
-		},
-		CgroupPath: sb.Config.GetLinux().GetCgroupParent(),
-	}
-	for _, pm := range sb.Config.GetPortMappings() {
-		if pm.GetHostPort() <= 0 {
-			continue
-		}
-		a.PortMappings = append(a.PortMappings, network.PortMapping{
-			HostPort: pm.GetHostPort(), ContainerPort: pm.GetContainerPort(),
-			Protocol: strings.ToLower(pm.GetProtocol().String()), HostIP: pm.GetHostIp(),
-		})
-	}
-	a.Bandwidth = bandwidth(sb.Config.GetAnnotations())
-	return a
-}
+// pauseProcesses caches what pause containers take from pause images' configs, by
+// the image's digest.
+type pauseProcesses struct{ byDigest sync.Map }
 
-// imageProcess returns the pause image's entrypoint+cmd and env, cached by config.
-func (m *Manager) imageProcess(ctx context.Context, image client.Image) (pauseImageInfo, error) {
+// of returns the pause image's entrypoint+cmd and env, cached.
+func (c *pauseProcesses) of(ctx context.Context, image client.Image) (pauseImageInfo, error) {
 	key := image.Target().Digest.String()
-	if v, ok := m.imageArgs.Load(key); ok {
+	if v, ok := c.byDigest.Load(key); ok {
 		return v.(pauseImageInfo), nil
 	}
 	spec, err := image.Spec(ctx)
@@ -450,7 +396,7 @@ func (m *Manager) imageProcess(ctx context.Context, image client.Image) (pauseIm
 		env:     spec.Config.Env,
 		chainID: identity.ChainID(spec.RootFS.DiffIDs).String(),
 	}
-	m.imageArgs.Store(key, info)
+	c.byDigest.Store(key, info)
 	return info, nil
 }
 

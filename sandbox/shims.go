@@ -17,6 +17,7 @@ import (
 
 	taskv2 "github.com/containerd/containerd/api/runtime/task/v2"
 	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/log"
 	"golang.org/x/sync/errgroup"
 
@@ -34,6 +35,15 @@ import (
 // Assumptions: a shim's command line is `containerd-shim-* -namespace NS -id ID
 // -address ADDR ...`; its socket is the one containerd's pkg/shim derives from ADDR,
 // NS and ID (the grouping id); ids of shimd's shims are sandbox or container ids.
+
+// shims finds and stops the shims of shimd's namespace and containerd.
+type shims struct {
+	client *client.Client
+	// address is containerd's socket: shims name it on their command line and derive
+	// their sockets from it.
+	address   string
+	namespace string
+}
 
 // shimProc is a running shim of shimd's namespace and containerd.
 type shimProc struct {
@@ -112,7 +122,7 @@ func shimFlags(args []string) map[string]string {
 	return m
 }
 
-// ReapOrphanShims stops the shims that serve no task containerd knows: a shim is kept
+// reapOrphans stops the shims that serve no task containerd knows: a shim is kept
 // if containerd has a task it could serve (its own id, its pod's, or one of its pod's
 // recorded containers'). Before shimd serves (live false) any other shim is a
 // leftover of a crash. While it serves (live), a shim whose container record exists
@@ -123,12 +133,12 @@ func shimFlags(args []string) map[string]string {
 // task list: that list leaves out a task whose shim does not answer its state call
 // within 2 s (a busy machine), so it is no proof, and containerd reads the states
 // for it one task after another, 2 s for each task of a shim that does not answer.
-func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
-	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
+func (sh shims) reapOrphans(ctx context.Context, live bool) (int, error) {
+	shims, err := findShims(sh.address, sh.namespace)
 	if err != nil || len(shims) == 0 {
 		return 0, err
 	}
-	ctrs, err := m.opts.Client.ContainerService().List(ctx)
+	ctrs, err := sh.client.ContainerService().List(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list containers: %w", err)
 	}
@@ -147,7 +157,7 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 			sb = c.ID // a pod whose containers are all gone
 		}
 		if sb != "" {
-			groups[shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, sb)] = sb
+			groups[shimSocketName(sh.address, sh.namespace, sb)] = sb
 		}
 	}
 	var suspects []shimProc
@@ -174,7 +184,7 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	g.SetLimit(cleanup.RecoveryReads)
 	for i := range suspects {
 		g.Go(func() error {
-			if id, ok := m.anyTaskOf(ctx, taskIDs[i]); ok {
+			if id, ok := sh.anyTaskOf(ctx, taskIDs[i]); ok {
 				kept[i] = id
 			}
 			return nil
@@ -188,7 +198,7 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 			log.G(ctx).WithField("task", kept[i]).Debug("shim kept: containerd has a task it serves, or could not say")
 			continue
 		}
-		if err := m.stopShim(ctx, s); err != nil {
+		if err := sh.stop(ctx, s); err != nil {
 			log.G(ctx).WithError(err).Warn("stop orphaned shim")
 			continue
 		}
@@ -198,15 +208,15 @@ func (m *Manager) ReapOrphanShims(ctx context.Context, live bool) (int, error) {
 	return n, nil
 }
 
-// reapPodShim stops the shim of a pod being removed if it outlived the pod: the
+// reapPod stops the shim of a pod being removed if it outlived the pod: the
 // pause task is deleted, and containerd has deleted the shim's bundle (so it is done
 // with the shim), yet the process runs. Seen in CI's one-node cluster: containerd's
 // shutdown of a pod's shim is refused by a shim that still holds a task containerd no
 // longer knows, and containerd then drops the shim all the same. Only a shim started
 // for the pod's id whose bundle containerd deleted is touched; one that still runs a
 // process is left, with a warning.
-func (m *Manager) reapPodShim(ctx context.Context, sb *Sandbox) {
-	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
+func (sh shims) reapPod(ctx context.Context, sb *Sandbox) {
+	shims, err := findShims(sh.address, sh.namespace)
 	if err != nil {
 		return
 	}
@@ -222,7 +232,7 @@ func (m *Manager) reapPodShim(ctx context.Context, sb *Sandbox) {
 			continue
 		}
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
-		err := m.stopShim(ctx, s)
+		err := sh.stop(ctx, s)
 		switch {
 		case err == nil:
 			log.G(ctx).Info("stopped the pod's shim, which outlived the pod")
@@ -258,8 +268,8 @@ func shimTaskIDs(s shimProc, group string, grouped bool, sandboxOf map[string]st
 // anyTaskOf asks containerd for each task by id: the first that exists, or whose
 // lookup failed other than with NotFound (then nobody can tell), is returned with
 // true.
-func (m *Manager) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
-	ts := m.opts.Client.TaskService()
+func (sh shims) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
+	ts := sh.client.TaskService()
 	for _, id := range ids {
 		if !ctrd.TaskGone(ctx, ts, id) {
 			return id, true
@@ -268,14 +278,14 @@ func (m *Manager) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
 	return "", false
 }
 
-// stopShim asks a shim to delete its task (runc delete --force: the process and its
+// stop asks a shim to delete its task (runc delete --force: the process and its
 // cgroup go) and to shut down, and waits for it to exit. A shim that still serves
 // other containers stays, and that is an error. A shim that does not answer at all
 // and runs no process is killed: it is stuck in its own start (see stuckShim).
-func (m *Manager) stopShim(ctx context.Context, s shimProc) error {
+func (sh shims) stop(ctx context.Context, s shimProc) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	sock, err := listeningSocket(s.pid, shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, cmp.Or(s.socketID, s.id)))
+	sock, err := listeningSocket(s.pid, shimSocketName(sh.address, sh.namespace, cmp.Or(s.socketID, s.id)))
 	if err != nil {
 		return err
 	}
@@ -423,16 +433,16 @@ func exited(pid int) bool {
 	return len(f) > 0 && f[0] == "Z"
 }
 
-// PodShimSocket finds the socket of the shim that runs a pause-less pod's containers:
+// podSocket finds the socket of the shim that runs a pause-less pod's containers:
 // the shim that listens on the pod's grouping socket (runc's shim groups a pod's
 // containers by the sandbox-id annotation). The container package asks it for exits
 // while containerd is away (container.Exits.Live).
-func (m *Manager) PodShimSocket(id string) (string, error) {
-	shims, err := findShims(m.opts.ContainerdAddress, m.opts.Namespace)
+func (sh shims) podSocket(id string) (string, error) {
+	shims, err := findShims(sh.address, sh.namespace)
 	if err != nil {
 		return "", err
 	}
-	name := shimSocketName(m.opts.ContainerdAddress, m.opts.Namespace, id)
+	name := shimSocketName(sh.address, sh.namespace, id)
 	for _, s := range shims {
 		if _, ok := shimGroup(s.pid, map[string]string{name: id}); ok {
 			return listeningSocket(s.pid, name)

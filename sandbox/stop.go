@@ -41,18 +41,18 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	netc := make(chan error, 1)
 	go func() {
 		if !stopped && sb.NetNSPath == "" && sb.Pauseless {
-			netc <- m.removeNamespaces(sb) // the pinned IPC namespace
+			netc <- m.fs.removeNamespaces(sb) // the pinned IPC namespace
 			return
 		}
 		if stopped || sb.NetNSPath == "" {
 			netc <- nil
 			return
 		}
-		if err := m.opts.Network.Teardown(ctx, m.attachment(sb)); err != nil {
+		if err := m.opts.Network.Teardown(ctx, attachment(sb)); err != nil {
 			netc <- fmt.Errorf("tear down network of sandbox %s: %w", sb.ID, err)
 			return
 		}
-		netc <- m.removeNamespaces(sb)
+		netc <- m.fs.removeNamespaces(sb)
 	}()
 	var taskErr error
 	switch {
@@ -60,11 +60,11 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	case stopped:
 		// Stopped before: the task was deleted then, which this call checks.
 		if taskErr = ctrd.DeleteExitedTask(ctx, m.opts.Client.TaskService(), sb.ID); taskErr == nil {
-			m.removeCgroup(ctx, sb)
+			m.cgroups.remove(ctx, sb)
 		}
 	default:
 		if taskErr = m.deleteTask(ctx, sb.ID); taskErr == nil {
-			m.removeCgroup(ctx, sb)
+			m.cgroups.remove(ctx, sb)
 		}
 	}
 	if err := errors.Join(taskErr, <-netc); err != nil {
@@ -129,7 +129,7 @@ func (m *Manager) remove(ctx context.Context, sb *Sandbox) error {
 		return err
 	}
 	if !sb.Pauseless {
-		m.reapPodShim(ctx, sb)
+		m.shims.reapPod(ctx, sb)
 	}
 	m.store.delete(sb)
 	m.opts.Labels.Release(sb.ID, sb.ProcessLabel)
@@ -180,12 +180,12 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
 	} else if err := m.deleteTask(ctx, sb.ID); err != nil {
 		errs = append(errs, err)
 	} else {
-		m.removeCgroup(ctx, sb)
+		m.cgroups.remove(ctx, sb)
 	}
 	if sb.NetNSPath != "" {
-		errs = append(errs, m.opts.Network.Teardown(ctx, m.attachment(sb)))
+		errs = append(errs, m.opts.Network.Teardown(ctx, attachment(sb)))
 	}
-	errs = append(errs, m.removeNamespaces(sb))
+	errs = append(errs, m.fs.removeNamespaces(sb))
 	errs = append(errs, m.fs.removeFiles(sb.ID), m.deleteContainer(ctx, sb.ID), m.records.removeFromStore(ctx, sb.ID))
 	return errors.Join(errs...)
 }
