@@ -65,43 +65,18 @@ func (k *Checkpoints) CheckpointPod(ctx context.Context, podID, dir string, ids 
 	if sb.State != pod.Ready {
 		return fmt.Errorf("pod %s is not ready: %w", podID, errdefs.ErrFailedPrecondition)
 	}
-	var cs []*Container
-	names := map[string]bool{}
-	for i, id := range ids {
-		c, err := k.m.containers.get(id)
-		if err != nil {
-			return err
-		}
-		if c.SandboxID != podID {
-			return fmt.Errorf("container_ids[%d]: container %s is not in pod %s: %w", i, id, podID, errdefs.ErrInvalidArgument)
-		}
-		if st := c.Status(); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-			return fmt.Errorf("container %s (%s) is %s: a pod checkpoint takes running containers: %w",
-				id, c.Config.GetMetadata().GetName(), st.State, errdefs.ErrFailedPrecondition)
-		}
-		name := c.Config.GetMetadata().GetName()
-		if names[name] {
-			return fmt.Errorf("container_ids[%d]: two containers named %q: %w", i, name, errdefs.ErrInvalidArgument)
-		}
-		names[name] = true
-		cs = append(cs, c)
+	cs, err := k.podContainers(podID, ids)
+	if err != nil {
+		return err
 	}
 	if err := k.criu.check(ctx); err != nil {
 		return err
 	}
-	for i, c := range cs {
-		if !c.checkpointing.CompareAndSwap(false, true) {
-			for _, d := range cs[:i] {
-				d.checkpointing.Store(false)
-			}
-			return fmt.Errorf("a checkpoint of container %s is in progress: %w", c.ID, errdefs.ErrFailedPrecondition)
-		}
+	unlock, err := lockForCheckpoint(cs)
+	if err != nil {
+		return err
 	}
-	defer func() {
-		for _, c := range cs {
-			c.checkpointing.Store(false)
-		}
-	}()
+	defer unlock()
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("sandbox", podID))
 	start := time.Now()
 	defer func() {
@@ -136,27 +111,94 @@ func (k *Checkpoints) CheckpointPod(ctx context.Context, podID, dir string, ids 
 		if err := caller.Err(); err != nil {
 			return fmt.Errorf("pod checkpoint of %s: %w (%d of %d containers dumped; the pod runs on)", podID, err, i, len(cs))
 		}
-		rel := filepath.Join(podContainersDir, strconv.Itoa(i))
-		work := filepath.Join(dir, rel)
-		if err := os.MkdirAll(work, 0o700); err != nil {
-			return err
-		}
-		if err := k.dumpPaused(ctx, c, work); err != nil {
-			return err
-		}
-		if err := k.writeCheckpointFiles(ctx, c, work); err != nil {
-			return err
-		}
-		cfg, err := protojson.Marshal(c.Config)
+		entry, err := k.dumpPodContainer(ctx, c, dir, i)
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(work, containerConfigDumpFile), cfg, 0o600); err != nil {
-			return err
-		}
-		meta.Containers = append(meta.Containers, PodCheckpointContainer{Name: c.Config.GetMetadata().GetName(), ID: c.ID, Dir: rel})
+		meta.Containers = append(meta.Containers, entry)
 	}
-	podCfg, err := protojson.Marshal(sb.Config)
+	if err := writePodFiles(dir, sb.Config, meta); err != nil {
+		return err
+	}
+	if err := caller.Err(); err != nil {
+		return fmt.Errorf("pod checkpoint of %s: %w (the pod runs on)", podID, err)
+	}
+	log.G(ctx).WithField("dir", dir).WithField("containers", len(cs)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("pod checkpointed")
+	return nil
+}
+
+// podContainers finds the containers ids names: running containers of the pod, no
+// two of one name.
+func (k *Checkpoints) podContainers(podID string, ids []string) ([]*Container, error) {
+	var cs []*Container
+	names := map[string]bool{}
+	for i, id := range ids {
+		c, err := k.m.containers.get(id)
+		if err != nil {
+			return nil, err
+		}
+		if c.SandboxID != podID {
+			return nil, fmt.Errorf("container_ids[%d]: container %s is not in pod %s: %w", i, id, podID, errdefs.ErrInvalidArgument)
+		}
+		if st := c.Status(); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return nil, fmt.Errorf("container %s (%s) is %s: a pod checkpoint takes running containers: %w",
+				id, c.Config.GetMetadata().GetName(), st.State, errdefs.ErrFailedPrecondition)
+		}
+		name := c.Config.GetMetadata().GetName()
+		if names[name] {
+			return nil, fmt.Errorf("container_ids[%d]: two containers named %q: %w", i, name, errdefs.ErrInvalidArgument)
+		}
+		names[name] = true
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// lockForCheckpoint marks every container of cs as being checkpointed, or none if
+// one already is (FailedPrecondition); unlock clears the marks.
+func lockForCheckpoint(cs []*Container) (unlock func(), _ error) {
+	for i, c := range cs {
+		if !c.checkpointing.CompareAndSwap(false, true) {
+			for _, d := range cs[:i] {
+				d.checkpointing.Store(false)
+			}
+			return nil, fmt.Errorf("a checkpoint of container %s is in progress: %w", c.ID, errdefs.ErrFailedPrecondition)
+		}
+	}
+	return func() {
+		for _, c := range cs {
+			c.checkpointing.Store(false)
+		}
+	}, nil
+}
+
+// dumpPodContainer writes the checkpoint of paused container c, the i-th of the pod
+// checkpoint in dir, with its config, into containers/i.
+func (k *Checkpoints) dumpPodContainer(ctx context.Context, c *Container, dir string, i int) (PodCheckpointContainer, error) {
+	rel := filepath.Join(podContainersDir, strconv.Itoa(i))
+	work := filepath.Join(dir, rel)
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return PodCheckpointContainer{}, err
+	}
+	if err := k.dumpPaused(ctx, c, work); err != nil {
+		return PodCheckpointContainer{}, err
+	}
+	if err := k.writeCheckpointFiles(ctx, c, work); err != nil {
+		return PodCheckpointContainer{}, err
+	}
+	cfg, err := protojson.Marshal(c.Config)
+	if err != nil {
+		return PodCheckpointContainer{}, err
+	}
+	if err := os.WriteFile(filepath.Join(work, containerConfigDumpFile), cfg, 0o600); err != nil {
+		return PodCheckpointContainer{}, err
+	}
+	return PodCheckpointContainer{Name: c.Config.GetMetadata().GetName(), ID: c.ID, Dir: rel}, nil
+}
+
+// writePodFiles writes pod.dump (the pod's config) and pod.options (meta) into dir.
+func writePodFiles(dir string, cfg *runtimeapi.PodSandboxConfig, meta PodCheckpoint) error {
+	podCfg, err := protojson.Marshal(cfg)
 	if err != nil {
 		return err
 	}
@@ -167,14 +209,7 @@ func (k *Checkpoints) CheckpointPod(ctx context.Context, podID, dir string, ids 
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, metadata.PodOptionsFile), data, 0o600); err != nil {
-		return err
-	}
-	if err := caller.Err(); err != nil {
-		return fmt.Errorf("pod checkpoint of %s: %w (the pod runs on)", podID, err)
-	}
-	log.G(ctx).WithField("dir", dir).WithField("containers", len(cs)).WithField("took", time.Since(start).Round(time.Millisecond)).Info("pod checkpointed")
-	return nil
+	return os.WriteFile(filepath.Join(dir, metadata.PodOptionsFile), data, 0o600)
 }
 
 // ReadPodCheckpoint reads pod.options of a pod checkpoint directory.
