@@ -137,112 +137,30 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 	// claims a chain id (a layer on its parents) before it downloads it; a chain
 	// another pull has claimed is waited for, not downloaded twice.
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var fetcher remotes.Fetcher
-	pipes := make([]*chunkPipe, len(layers))
-	exts := make([]*extraction, len(layers))
-	claims := make([]func(), len(layers)) // unlock of each claimed chain id
+	p := &chainPull{u: u, layers: layers, diffIDs: diffIDs, chain: chain,
+		pipes: make([]*chunkPipe, len(layers)), exts: make([]*extraction, len(layers)), claims: make([]func(), len(layers))}
 	defer func() {
 		cancel()
-		for i := range layers {
-			if pipes[i] != nil {
-				pipes[i].CloseRead()
-			}
-			if exts[i] != nil {
-				u.abort(ctx, exts[i])
-			}
-			if claims[i] != nil {
-				claims[i]()
-			}
-		}
+		p.release(ctx)
 	}()
-	key := func(j int) string { return u.snapshotter + "/" + chain[j].String() }
-	exists := func(j int) bool {
-		_, err := u.sn.Stat(ctx, chain[j].String())
-		return err == nil
-	}
-	getFetcher := func() error {
-		if fetcher != nil {
-			return nil
-		}
-		f, err := u.fetcher(ctx)
-		fetcher = f
-		return err
-	}
-	// ref is layer j of the chain.
-	ref := func(j int) layerRef {
-		r := layerRef{desc: layers[j], diffID: diffIDs[j], chainID: chain[j].String()}
-		if j > 0 {
-			r.parent = chain[j-1].String()
-		}
-		return r
-	}
 	ahead := prefetchLayers
 	if u.window > 1 {
 		ahead = u.window - 1
 	}
-	// begin downloads layer j, whose chain this pull has claimed and seen missing,
-	// and extracts it where layers are extracted ahead.
-	begin := func(j int) error {
-		if err := getFetcher(); err != nil {
-			return err
-		}
-		pipes[j] = newChunkPipe(prefetchChunks)
-		go download(ctx, fetcher, layers[j], pipes[j])
-		if u.window > 1 {
-			exts[j] = u.extract(ctx, ref(j), pipes[j])
-		}
-		return nil
-	}
-	// prefetch begins layer j if no other pull has claimed it and it is not
-	// unpacked.
-	prefetch := func(j int) error {
-		if j >= len(layers) || claims[j] != nil {
-			return nil
-		}
-		unlock, ok := u.locks.tryLock(key(j))
-		if !ok {
-			return nil
-		}
-		if exists(j) {
-			unlock()
-			return nil
-		}
-		claims[j] = unlock
-		return begin(j)
-	}
 	fetched := 0
-	for i, l := range layers {
+	for i := range layers {
 		for j := i; j <= i+ahead; j++ {
-			if err := prefetch(j); err != nil {
+			if err := p.prefetch(ctx, j); err != nil {
 				return err
 			}
 		}
-		if claims[i] == nil {
-			// Another pull has it, or it is unpacked: wait for that pull, then
-			// look again (it may have failed).
-			claims[i] = u.locks.lock(key(i))
-			if !exists(i) {
-				if err := begin(i); err != nil {
-					return err
-				}
-			}
+		got, err := p.apply(ctx, i)
+		if err != nil {
+			return err
 		}
-		if pipes[i] != nil {
-			var err error
-			if exts[i] != nil {
-				err = u.commit(ctx, exts[i], ref(i))
-			} else {
-				err = u.layer(ctx, ref(i), pipes[i])
-			}
-			pipes[i].CloseRead()
-			if err != nil {
-				return fmt.Errorf("layer %d (%s): %w", i, l.Digest, err)
-			}
+		if got {
 			fetched++
 		}
-		claims[i]()
-		claims[i] = nil
 	}
 	// The config holds the unpacked chain against garbage collection, as
 	// containerd's own unpacker labels it.
@@ -256,6 +174,117 @@ func (u *streamUnpacker) unpack(ctx context.Context, config ocispec.Descriptor, 
 	log.G(ctx).WithField("layers", len(layers)).WithField("fetched", fetched).WithField("at_once", u.window).
 		WithField("duration", time.Since(start).String()).Debug("image unpacked")
 	return nil
+}
+
+// chainPull is one unpack's walk up an image's chain of layers: what it downloads,
+// extracts and has claimed, by layer index.
+type chainPull struct {
+	u       *streamUnpacker
+	layers  []ocispec.Descriptor
+	diffIDs []digest.Digest
+	chain   []digest.Digest
+	fetcher remotes.Fetcher // made on the first download
+	pipes   []*chunkPipe    // each downloaded layer's chunks
+	exts    []*extraction   // each layer extracted ahead (u.window above 1)
+	claims  []func()        // unlock of each claimed chain id
+}
+
+// key is the claim of layer j's chain id.
+func (p *chainPull) key(j int) string { return p.u.snapshotter + "/" + p.chain[j].String() }
+
+// exists tells whether layer j's chain is unpacked.
+func (p *chainPull) exists(ctx context.Context, j int) bool {
+	_, err := p.u.sn.Stat(ctx, p.chain[j].String())
+	return err == nil
+}
+
+// ref is layer j of the chain.
+func (p *chainPull) ref(j int) layerRef {
+	r := layerRef{desc: p.layers[j], diffID: p.diffIDs[j], chainID: p.chain[j].String()}
+	if j > 0 {
+		r.parent = p.chain[j-1].String()
+	}
+	return r
+}
+
+// begin downloads layer j, whose chain this pull has claimed and seen missing, and
+// extracts it where layers are extracted ahead.
+func (p *chainPull) begin(ctx context.Context, j int) error {
+	if p.fetcher == nil {
+		f, err := p.u.fetcher(ctx)
+		if err != nil {
+			return err
+		}
+		p.fetcher = f
+	}
+	p.pipes[j] = newChunkPipe(prefetchChunks)
+	go download(ctx, p.fetcher, p.layers[j], p.pipes[j])
+	if p.u.window > 1 {
+		p.exts[j] = p.u.extract(ctx, p.ref(j), p.pipes[j])
+	}
+	return nil
+}
+
+// prefetch begins layer j if no other pull has claimed it and it is not unpacked.
+func (p *chainPull) prefetch(ctx context.Context, j int) error {
+	if j >= len(p.layers) || p.claims[j] != nil {
+		return nil
+	}
+	unlock, ok := p.u.locks.tryLock(p.key(j))
+	if !ok {
+		return nil
+	}
+	if p.exists(ctx, j) {
+		unlock()
+		return nil
+	}
+	p.claims[j] = unlock
+	return p.begin(ctx, j)
+}
+
+// apply makes layer i's chain, unless it is there: fetched tells that this pull
+// downloaded it. A chain another pull has claimed is waited for, then looked at
+// again (that pull may have failed).
+func (p *chainPull) apply(ctx context.Context, i int) (fetched bool, err error) {
+	if p.claims[i] == nil {
+		p.claims[i] = p.u.locks.lock(p.key(i))
+		if !p.exists(ctx, i) {
+			if err := p.begin(ctx, i); err != nil {
+				return false, err
+			}
+		}
+	}
+	if p.pipes[i] != nil {
+		if p.exts[i] != nil {
+			err = p.u.commit(ctx, p.exts[i], p.ref(i))
+		} else {
+			err = p.u.layer(ctx, p.ref(i), p.pipes[i])
+		}
+		p.pipes[i].CloseRead()
+		if err != nil {
+			return false, fmt.Errorf("layer %d (%s): %w", i, p.layers[i].Digest, err)
+		}
+		fetched = true
+	}
+	p.claims[i]()
+	p.claims[i] = nil
+	return fetched, nil
+}
+
+// release ends what the walk left when it stopped: downloads, extractions not
+// committed, claims. ctx is the walk's, cancelled.
+func (p *chainPull) release(ctx context.Context) {
+	for i := range p.layers {
+		if p.pipes[i] != nil {
+			p.pipes[i].CloseRead()
+		}
+		if p.exts[i] != nil {
+			p.u.abort(ctx, p.exts[i])
+		}
+		if p.claims[i] != nil {
+			p.claims[i]()
+		}
+	}
 }
 
 // layerRef is one layer of an image's chain.
