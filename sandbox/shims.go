@@ -281,28 +281,22 @@ func (sh shims) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
 // stop asks a shim to delete its task (runc delete --force: the process and its
 // cgroup go) and to shut down, and waits for it to exit. A shim that still serves
 // other containers stays, and that is an error. A shim that does not answer at all
-// and runs no process is killed: it is stuck in its own start (see stuckShim).
+// and runs no process is killed: it is stuck in its own start (see stuckShim). A
+// shim whose task's bundle containerd deleted gets it back for the delete (see
+// withBundle).
 func (sh shims) stop(ctx context.Context, s shimProc) error {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	sock, err := listeningSocket(s.pid, shimSocketName(sh.address, sh.namespace, cmp.Or(s.socketID, s.id)))
 	if err != nil {
 		return err
 	}
-	tc, err := ctrd.DialShim(cctx, sock)
+	callErr, exited, err := deleteAndShutdown(ctx, sock, s)
 	if err != nil {
 		return err
 	}
-	defer tc.Close()
-	_, callErr := taskv3.NewTTRPCTaskClient(tc).Delete(cctx, &taskv3.DeleteRequest{ID: s.id})
-	if ctrd.ShimLacksV3(callErr) {
-		v2 := taskv2.NewTTRPCTaskClient(tc)
-		_, callErr = v2.Delete(cctx, &taskv2.DeleteRequest{ID: s.id})
-		_, _ = v2.Shutdown(cctx, &taskv2.ShutdownRequest{ID: s.id, Now: true})
-	} else {
-		_, _ = taskv3.NewTTRPCTaskClient(tc).Shutdown(cctx, &taskv3.ShutdownRequest{ID: s.id, Now: true})
+	if !exited && callErr != nil && !errors.Is(callErr, context.DeadlineExceeded) {
+		callErr, exited = withBundle(ctx, sock, s, callErr)
 	}
-	if waitExit(cctx, s.pid) {
+	if exited {
 		// A shim whose bundle is gone cannot find its socket to remove it.
 		_ = os.Remove(sock)
 		return nil
@@ -318,7 +312,72 @@ func (sh shims) stop(ctx context.Context, s shimProc) error {
 		}
 		return errors.New("the shim did not exit after SIGKILL")
 	}
+	if callErr != nil {
+		return fmt.Errorf("the shim did not exit: it still serves other tasks (delete of task %s: %w)", s.id, callErr)
+	}
 	return errors.New("the shim did not exit: it still serves other tasks")
+}
+
+// deleteAndShutdown asks the shim on sock to delete task s.id and to shut down, and
+// waits up to 5 s in all for it to exit. callErr is the delete's error.
+func deleteAndShutdown(ctx context.Context, sock string, s shimProc) (callErr error, exited bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tc, err := ctrd.DialShim(cctx, sock)
+	if err != nil {
+		return nil, false, err
+	}
+	defer tc.Close()
+	_, callErr = taskv3.NewTTRPCTaskClient(tc).Delete(cctx, &taskv3.DeleteRequest{ID: s.id})
+	if ctrd.ShimLacksV3(callErr) {
+		v2 := taskv2.NewTTRPCTaskClient(tc)
+		_, callErr = v2.Delete(cctx, &taskv2.DeleteRequest{ID: s.id})
+		_, _ = v2.Shutdown(cctx, &taskv2.ShutdownRequest{ID: s.id, Now: true})
+	} else {
+		_, _ = taskv3.NewTTRPCTaskClient(tc).Shutdown(cctx, &taskv3.ShutdownRequest{ID: s.id, Now: true})
+	}
+	return callErr, waitExit(cctx, s.pid), nil
+}
+
+// withBundle deletes task s.id again with its bundle directory made anew, and
+// removes the directory afterwards. A shim keeps a task whose delete fails, and
+// refuses to shut down while it has one; runc writes its log into the task's
+// bundle, so once containerd has deleted the bundle (it gave up on the task) no
+// delete can succeed and the shim would run forever. This happens when containerd
+// gives up on a task create (its caller went away) while the shim still creates the
+// task: containerd's delete finds no task yet, the create then finishes, and
+// containerd drops the shim and its bundle. The bundle's path is the shim's working
+// directory, which containerd renamed to ".<id>" before deleting it.
+func withBundle(ctx context.Context, sock string, s shimProc, callErr error) (error, bool) {
+	bundle := lostBundle(s.pid, s.id)
+	if bundle == "" {
+		return callErr, false
+	}
+	if err := os.Mkdir(bundle, 0o711); err != nil {
+		return callErr, false
+	}
+	defer os.RemoveAll(bundle)
+	log.G(ctx).WithField("bundle", bundle).WithError(callErr).Info("the shim's task cannot be deleted without its bundle, which containerd deleted: deleting it with the directory made again")
+	again, exited, err := deleteAndShutdown(ctx, sock, s)
+	if err != nil {
+		return callErr, false
+	}
+	return again, exited
+}
+
+// lostBundle is the bundle directory of task id that the shim pid ran in, if
+// containerd has deleted it; else "".
+func lostBundle(pid int, id string) string {
+	cwd, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+	if err != nil || !deletedBundle(cwd) {
+		return ""
+	}
+	cwd = strings.TrimSuffix(cwd, " (deleted)")
+	dir := filepath.Dir(cwd)
+	if _, err := os.Stat(dir); err != nil {
+		return "" // the namespace's directory of bundles is gone too
+	}
+	return filepath.Join(dir, id)
 }
 
 // stuckShim tells whether a shim that did not exit never served: its delete call

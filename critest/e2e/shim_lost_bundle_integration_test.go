@@ -1,0 +1,112 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shimd/shimd/critest/harness"
+)
+
+// A shim that still holds a task whose bundle containerd deleted. The runc shim of
+// containerd 2.4 adds a task to its table when runc create returns, not when the
+// create began: when containerd gives up on a create (its caller, shimd, was
+// killed) it asks the shim to delete the task, gets NotFound, and the create then
+// finishes; containerd drops the shim and deletes the bundle. Such a shim refuses to
+// shut down while it has the task, and can never delete it, because runc writes its
+// log into the bundle (the 200-round crash soak met one, 2026-12-01). shimd's sweep
+// must stop it all the same, and the task's process and state must go with it.
+//
+// The state is made here the way containerd leaves it: a created task, containerd
+// killed, its bundle deleted (once after containerd's cleanup of a dead shim has
+// deleted the task in runc, once with the task's process still waiting in runc
+// init), containerd started again, the container's record deleted; then shimd
+// restarts and sweeps.
+func TestShimWithLostBundleIsStopped(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	ns := env.Containerd.Namespace()
+	ctx := namespaces.WithNamespace(context.Background(), ns)
+	shimBin := filepath.Join(harness.Tools().BinDir, "containerd-shim-runc-v2")
+	var ids []string
+	for i, runcDeleted := range []bool{true, false} {
+		cl := env.Containerd.Client(t)
+		img, err := cl.GetImage(ctx, busyboxImage)
+		require.NoError(t, err)
+		id := fmt.Sprintf("%064x", 0xb0+i)
+		ids = append(ids, id)
+		// The harness's runc root, not the shim's default shared by all daemons.
+		runtime := client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{BinaryName: harness.Tools().Runc, Root: filepath.Join(env.Containerd.Dir(), "runc")})
+		c, err := cl.NewContainer(ctx, id, runtime, client.WithSnapshotter("overlayfs"), client.WithNewSnapshot(id, img),
+			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000")))
+		require.NoError(t, err)
+		_, err = c.NewTask(ctx, cio.NullIO)
+		require.NoError(t, err)
+		require.Len(t, shimsOf(id), 1)
+
+		bundle := filepath.Join(env.Containerd.State(), "io.containerd.runtime.v2.task", ns, id)
+		env.Containerd.Kill()
+		if runcDeleted {
+			// containerd's cleanup of a dead shim: the shim binary's delete command.
+			cmd := exec.Command(shimBin, "-namespace", ns, "-address", env.Containerd.Address(),
+				"-publish-binary", harness.Tools().Containerd, "-id", id, "-bundle", bundle, "delete")
+			cmd.Dir = bundle
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+		gone := filepath.Join(filepath.Dir(bundle), "."+id)
+		require.NoError(t, os.Rename(bundle, gone))
+		_ = syscall.Unmount(filepath.Join(gone, "rootfs"), 0)
+		require.NoError(t, os.RemoveAll(gone))
+		env.Containerd.Restart(t)
+
+		cl = env.Containerd.Client(t)
+		c, err = cl.LoadContainer(ctx, id)
+		require.NoError(t, err)
+		_, err = c.Task(ctx, nil)
+		require.Error(t, err, "containerd forgot the task")
+		require.NoError(t, c.Delete(ctx, client.WithSnapshotCleanup))
+		require.Len(t, shimsOf(id), 1, "the shim outlives containerd's record of its task")
+	}
+
+	env.Shimd.Kill9()
+	env.Shimd.Start(t)
+	waitReady(t, env.Shimd.Runtime(t))
+	for _, id := range ids {
+		require.Eventually(t, func() bool { return len(shimsOf(id)) == 0 }, 30*time.Second, 100*time.Millisecond,
+			"the shim of task %s, whose bundle containerd deleted", id)
+		_, err := os.Stat(filepath.Join(env.Containerd.State(), "io.containerd.runtime.v2.task", ns, id))
+		require.ErrorIs(t, err, os.ErrNotExist, "the bundle made again for the delete is removed")
+	}
+	// The harness's leak check follows: no process (the second task's runc init
+	// included), cgroup or mount of the namespace may be left.
+}
+
+// shimsOf are the pids of the shims started for task id.
+func shimsOf(id string) []string {
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), "containerd-shim") && strings.Contains(string(b), "\x00-id\x00"+id+"\x00") {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
