@@ -152,6 +152,10 @@ func startNode(t testing.TB, nw *network, name string, ip net.IP, hostsDir strin
 		n.ContainerdCRI = true
 		copts.WithCRI, copts.CNIConfDir, copts.RegistryConfigPath = true, "/etc/cni/net.d", hostsDir
 	}
+	// The node's runc root is the shim's default, /run/containerd/runc/<namespace>,
+	// as on a real node; runc leaves it when its last container goes. Removed, if
+	// empty, once containerd has stopped (cleanups run last-registered first).
+	t.Cleanup(func() { os.Remove(filepath.Join("/run/containerd/runc", copts.Namespace)) })
 	n.Containerd = harness.StartContainerd(t, copts)
 	shimdDir := filepath.Join(n.Dir, "shimd")
 	n.Shimd = harness.StartShimd(t, harness.ShimdOptions{
