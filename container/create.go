@@ -166,11 +166,10 @@ type draft struct {
 //  5. the writable layer if not made yet; the status file says CREATED
 func (s *Manager) createContainer(ctx context.Context, d *draft) (retErr error) {
 	d.parent = identity.ChainID(d.img.Config.RootFS.DiffIDs).String()
-	prepare, undoLayer, err := s.layers.make(ctx, d.c, d.sb, d.img, d.rt, d.parent)
+	undoLayer, err := s.layers.make(ctx, d)
 	if err != nil {
 		return err
 	}
-	d.prepare = prepare
 	defer func() {
 		if retErr != nil {
 			undoLayer()

@@ -15,8 +15,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
-	"github.com/shimd/shimd/image"
-	"github.com/shimd/shimd/pod"
 )
 
 // A split image filesystem (KEP-4191, config key container_fs_dir): the image layers
@@ -65,19 +63,19 @@ func (w *writableLayers) dirOf(id string, opts []snapshots.Opt) string {
 	return filepath.Join(w.fsDir, id)
 }
 
-// make sets c.WritableDir and returns how to make c's writable layer over
-// the image's layers (chain id parent), and its undo: the snapshotter's layer, or in
-// split mode a view of the image's layers with an overlay on c.WritableDir (made
-// here, before any snapshot or record names it).
-func (w *writableLayers) make(ctx context.Context, c *Container, sb pod.Pod, img *image.Image, rt pod.Handler, parent string) (
-	prepare func(context.Context) ([]mount.Mount, error), undo func(), err error) {
+// make sets d.c.WritableDir and d.prepare, which makes the container's writable
+// layer over the image's layers (chain id d.parent), and returns its undo: the
+// snapshotter's layer, or in split mode a view of the image's layers with an overlay
+// on WritableDir (made here, before any snapshot or record names it).
+func (w *writableLayers) make(ctx context.Context, d *draft) (undo func(), err error) {
+	c, img, rt, parent := d.c, d.img, d.rt, d.parent
 	sn := w.ctrd.SnapshotService(rt.Snapshotter)
-	snOpts := snapshotOpts(sb)
+	snOpts := snapshotOpts(d.sb)
 	c.WritableDir = w.dirOf(c.ID, snOpts)
 	undoDir := func() {}
 	if c.WritableDir != "" {
 		if undoDir, err = makeWritableDir(c.WritableDir); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	makeSnapshot := func(ctx context.Context) ([]mount.Mount, error) {
@@ -86,7 +84,7 @@ func (w *writableLayers) make(ctx context.Context, c *Container, sb pod.Pod, img
 		}
 		return sn.Prepare(ctx, c.ID, parent, snOpts...)
 	}
-	prepare = func(ctx context.Context) ([]mount.Mount, error) {
+	d.prepare = func(ctx context.Context) ([]mount.Mount, error) {
 		// The image's layers are nearly always unpacked for the snapshotter: prepare
 		// first, and unpack only when the parent is missing.
 		mounts, err := makeSnapshot(ctx)
@@ -112,7 +110,7 @@ func (w *writableLayers) make(ctx context.Context, c *Container, sb pod.Pod, img
 		}
 		undoDir()
 	}
-	return prepare, undo, nil
+	return undo, nil
 }
 
 // makeWritableDir creates dir's upper and work directories; the undo removes dir.
