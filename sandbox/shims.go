@@ -18,6 +18,8 @@ import (
 	taskv2 "github.com/containerd/containerd/api/runtime/task/v2"
 	taskv3 "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"golang.org/x/sync/errgroup"
 
@@ -293,7 +295,7 @@ func (sh shims) stop(ctx context.Context, s shimProc) error {
 	if err != nil {
 		return err
 	}
-	if !exited && callErr != nil && !errors.Is(callErr, context.DeadlineExceeded) {
+	if !exited && callErr != nil && !errors.Is(callErr, context.DeadlineExceeded) && !errdefs.IsNotFound(errgrpc.ToNative(callErr)) {
 		callErr, exited = withBundle(ctx, sock, s, callErr)
 	}
 	if exited {
