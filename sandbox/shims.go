@@ -285,17 +285,16 @@ func (sh shims) anyTaskOf(ctx context.Context, ids []string) (string, bool) {
 // other containers stays, and that is an error. A shim that does not answer at all
 // and runs no process is killed: it is stuck in its own start (see stuckShim). A
 // shim whose task's bundle containerd deleted gets it back for the delete (see
-// withBundle).
+// withBundle); one that still does not exit, runs no process and whose own bundle
+// is gone is killed.
 func (sh shims) stop(ctx context.Context, s shimProc) error {
+	var callErr error
 	sock, err := listeningSocket(s.pid, shimSocketName(sh.address, sh.namespace, cmp.Or(s.socketID, s.id)))
-	if err != nil {
-		return err
+	exited := false
+	if err == nil {
+		callErr, exited, err = deleteAndShutdown(ctx, sock, s)
 	}
-	callErr, exited, err := deleteAndShutdown(ctx, sock, s)
-	if err != nil {
-		return err
-	}
-	if !exited && callErr != nil && !errors.Is(callErr, context.DeadlineExceeded) && !errdefs.IsNotFound(errgrpc.ToNative(callErr)) {
+	if err == nil && !exited && callErr != nil && !errors.Is(callErr, context.DeadlineExceeded) && !errdefs.IsNotFound(errgrpc.ToNative(callErr)) {
 		callErr, exited = withBundle(ctx, sock, s, callErr)
 	}
 	if exited {
@@ -303,21 +302,37 @@ func (sh shims) stop(ctx context.Context, s shimProc) error {
 		_ = os.Remove(sock)
 		return nil
 	}
-	if stuckShim(callErr, s.pid) {
-		log.G(ctx).WithField("pid", s.pid).Warn("shim never answered and runs no process: stuck in its start; killing it")
-		_ = syscall.Kill(s.pid, syscall.SIGKILL)
-		kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer kcancel()
-		if waitExit(kctx, s.pid) {
-			_ = os.Remove(sock)
-			return nil
+	stuck := err == nil && stuckShim(callErr, s.pid)
+	// A shim that runs no process and whose bundle containerd deleted, yet does not
+	// shut down, holds a task it cannot delete of an id nobody knows any more: a
+	// create that finished after containerd gave up on it, in a pod's shared shim
+	// (whose socket, named after a pod that is gone, is not found either).
+	lost := !hasChildren(s.pid) && bundleGone(s.pid)
+	if !stuck && !lost {
+		switch {
+		case err != nil:
+			return err
+		case callErr != nil:
+			return fmt.Errorf("the shim did not exit: it still serves other tasks (delete of task %s: %w)", s.id, callErr)
+		default:
+			return errors.New("the shim did not exit: it still serves other tasks")
 		}
+	}
+	if stuck {
+		log.G(ctx).WithField("pid", s.pid).Warn("shim never answered and runs no process: stuck in its start; killing it")
+	} else {
+		log.G(ctx).WithField("pid", s.pid).WithError(cmp.Or(err, callErr)).Warn("shim runs no process and containerd deleted its bundle, but it does not shut down: killing it")
+	}
+	_ = syscall.Kill(s.pid, syscall.SIGKILL)
+	kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer kcancel()
+	if !waitExit(kctx, s.pid) {
 		return errors.New("the shim did not exit after SIGKILL")
 	}
-	if callErr != nil {
-		return fmt.Errorf("the shim did not exit: it still serves other tasks (delete of task %s: %w)", s.id, callErr)
+	if sock != "" {
+		_ = os.Remove(sock)
 	}
-	return errors.New("the shim did not exit: it still serves other tasks")
+	return nil
 }
 
 // deleteAndShutdown asks the shim on sock to delete task s.id and to shut down, and

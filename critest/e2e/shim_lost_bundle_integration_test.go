@@ -43,7 +43,6 @@ func TestShimWithLostBundleIsStopped(t *testing.T) {
 	pull(t, env, busyboxImage)
 	ns := env.Containerd.Namespace()
 	ctx := namespaces.WithNamespace(context.Background(), ns)
-	shimBin := filepath.Join(harness.Tools().BinDir, "containerd-shim-runc-v2")
 	var ids []string
 	for i, runcDeleted := range []bool{true, false} {
 		cl := env.Containerd.Client(t)
@@ -60,28 +59,7 @@ func TestShimWithLostBundleIsStopped(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, shimsOf(id), 1)
 
-		bundle := filepath.Join(env.Containerd.State(), "io.containerd.runtime.v2.task", ns, id)
-		env.Containerd.Kill()
-		if runcDeleted {
-			// containerd's cleanup of a dead shim: the shim binary's delete command.
-			cmd := exec.Command(shimBin, "-namespace", ns, "-address", env.Containerd.Address(),
-				"-publish-binary", harness.Tools().Containerd, "-id", id, "-bundle", bundle, "delete")
-			cmd.Dir = bundle
-			out, err := cmd.CombinedOutput()
-			require.NoError(t, err, "%s", out)
-		}
-		gone := filepath.Join(filepath.Dir(bundle), "."+id)
-		require.NoError(t, os.Rename(bundle, gone))
-		_ = syscall.Unmount(filepath.Join(gone, "rootfs"), 0)
-		require.NoError(t, os.RemoveAll(gone))
-		env.Containerd.Restart(t)
-
-		cl = env.Containerd.Client(t)
-		c, err = cl.LoadContainer(ctx, id)
-		require.NoError(t, err)
-		_, err = c.Task(ctx, nil)
-		require.Error(t, err, "containerd forgot the task")
-		require.NoError(t, c.Delete(ctx, client.WithSnapshotCleanup))
+		loseTask(t, env, id, runcDeleted)
 		require.Len(t, shimsOf(id), 1, "the shim outlives containerd's record of its task")
 	}
 
@@ -98,6 +76,37 @@ func TestShimWithLostBundleIsStopped(t *testing.T) {
 	// included), cgroup or mount of the namespace may be left.
 }
 
+// loseTask leaves task id as containerd leaves a task whose create it gave up on
+// while the shim finished it: containerd killed, its cleanup of a dead shim run
+// (runc's delete --force, by the shim binary's delete command) when runcDeleted,
+// the bundle deleted, containerd started again; then the container's record is
+// deleted, as shimd's recovery deletes an unfinished one.
+func loseTask(t *testing.T, env *harness.Env, id string, runcDeleted bool) {
+	t.Helper()
+	ns := env.Containerd.Namespace()
+	ctx := namespaces.WithNamespace(context.Background(), ns)
+	bundle := filepath.Join(env.Containerd.State(), "io.containerd.runtime.v2.task", ns, id)
+	env.Containerd.Kill()
+	if runcDeleted {
+		cmd := exec.Command(filepath.Join(harness.Tools().BinDir, "containerd-shim-runc-v2"), "-namespace", ns,
+			"-address", env.Containerd.Address(), "-publish-binary", harness.Tools().Containerd,
+			"-id", id, "-bundle", bundle, "delete")
+		cmd.Dir = bundle
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	gone := filepath.Join(filepath.Dir(bundle), "."+id)
+	require.NoError(t, os.Rename(bundle, gone))
+	_ = syscall.Unmount(filepath.Join(gone, "rootfs"), 0)
+	require.NoError(t, os.RemoveAll(gone))
+	env.Containerd.Restart(t)
+	c, err := env.Containerd.Client(t).LoadContainer(ctx, id)
+	require.NoError(t, err)
+	_, err = c.Task(ctx, nil)
+	require.Error(t, err, "containerd forgot the task")
+	require.NoError(t, c.Delete(ctx, client.WithSnapshotCleanup))
+}
+
 // shimsOf are the pids of the shims started for task id.
 func shimsOf(id string) []string {
 	var pids []string
@@ -109,4 +118,52 @@ func shimsOf(id string) []string {
 		}
 	}
 	return pids
+}
+
+// The same in a shim that two tasks share, as a pause-less pod's containers do (the
+// runc shim groups tasks by the io.kubernetes.cri.sandbox-id annotation): the task
+// the shim was started for is deleted normally, which deletes the shim's working
+// directory, and the other one is lost as above, its dead-shim cleanup run. Nobody
+// knows the lost task's id any more, nor the group the shim's socket is named
+// after; the shim runs no process and does not shut down. shimd's sweep kills it.
+func TestSharedShimWithLostTaskIsStopped(t *testing.T) {
+	requireRoot(t)
+	env, _ := imageEnv(t, harness.Options{})
+	pull(t, env, busyboxImage)
+	ns := env.Containerd.Namespace()
+	ctx := namespaces.WithNamespace(context.Background(), ns)
+	cl := env.Containerd.Client(t)
+	img, err := cl.GetImage(ctx, busyboxImage)
+	require.NoError(t, err)
+	first, lost, group := fmt.Sprintf("%064x", 0xc0), fmt.Sprintf("%064x", 0xc1), fmt.Sprintf("%064x", 0xc2)
+	runtime := client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{BinaryName: harness.Tools().Runc, Root: filepath.Join(env.Containerd.Dir(), "runc")})
+	var tasks []client.Task
+	for _, id := range []string{first, lost} {
+		c, err := cl.NewContainer(ctx, id, runtime, client.WithSnapshotter("overlayfs"), client.WithNewSnapshot(id, img),
+			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000"),
+				oci.WithAnnotations(map[string]string{"io.kubernetes.cri.sandbox-id": group})))
+		require.NoError(t, err)
+		task, err := c.NewTask(ctx, cio.NullIO)
+		require.NoError(t, err)
+		tasks = append(tasks, task)
+	}
+	require.Len(t, shimsOf(first), 1)
+	require.Empty(t, shimsOf(lost), "the second task joined the first one's shim")
+	// The first task goes the normal way, and its bundle, the shim's working
+	// directory, with it; the shim stays for the other task.
+	_, err = tasks[0].Delete(ctx, client.WithProcessKill)
+	require.NoError(t, err)
+	c, err := cl.LoadContainer(ctx, first)
+	require.NoError(t, err)
+	require.NoError(t, c.Delete(ctx, client.WithSnapshotCleanup))
+	require.Len(t, shimsOf(first), 1)
+
+	loseTask(t, env, lost, true)
+	require.Len(t, shimsOf(first), 1, "the shim outlives both tasks")
+
+	env.Shimd.Kill9()
+	env.Shimd.Start(t)
+	waitReady(t, env.Shimd.Runtime(t))
+	require.Eventually(t, func() bool { return len(shimsOf(first)) == 0 }, 30*time.Second, 100*time.Millisecond,
+		"the shared shim that holds a lost task and runs no process")
 }
