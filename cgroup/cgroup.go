@@ -3,8 +3,9 @@
 // runc makes a task's cgroup in every hierarchy and removes it when
 // the task is deleted. A runc killed half way (its caller went away, containerd died)
 // leaves it behind, empty: the undo and removal paths and recovery remove such
-// leftovers. Only empty cgroups can be removed (rmdir), so a live task's cgroup is
-// never touched.
+// leftovers. Only empty cgroups can be removed (rmdir): Remove never touches a live
+// task's cgroup, and Clear, for a task containerd no longer has, kills what is left
+// in it first.
 package cgroup
 
 import (
@@ -13,8 +14,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/containerd/log"
 	"github.com/moby/sys/mountinfo"
@@ -49,6 +53,9 @@ var mounts = sync.OnceValue(func() []string {
 	return out
 })
 
+// errBusy is Remove's error for a cgroup that still holds processes.
+var errBusy = errors.New("still has processes or children")
+
 // Remove removes the cgroup dir (see Dir) from every hierarchy where it
 // exists and is empty. One that still holds processes is an error.
 func Remove(dir string) error {
@@ -60,12 +67,52 @@ func Remove(dir string) error {
 		p := filepath.Join(mnt, filepath.Clean("/"+dir))
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			if errors.Is(err, syscall.EBUSY) {
-				err = fmt.Errorf("cgroup %s still has processes or children", p)
+				err = fmt.Errorf("cgroup %s %w", p, errBusy)
 			}
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Clear removes the cgroup dir like Remove, after killing (SIGKILL) the processes
+// still in it and waiting up to wait for them to go. It is for the cgroup of a task
+// that containerd has deleted or never recorded: a process left there is one nobody
+// will stop, such as the runc init of a create that finished after containerd gave
+// up on it. killed is how many processes it signalled.
+func Clear(dir string, wait time.Duration) (killed int, err error) {
+	if err = Remove(dir); err == nil || !errors.Is(err, errBusy) {
+		return 0, err
+	}
+	for _, pid := range procs(dir) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	for end := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
+		if err = Remove(dir); err == nil || time.Now().After(end) {
+			return killed, err
+		}
+	}
+}
+
+// procs lists the processes in the cgroup dir, in any hierarchy.
+func procs(dir string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, mnt := range mounts() {
+		data, err := os.ReadFile(filepath.Join(mnt, filepath.Clean("/"+dir), "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 && !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }
 
 // Mounts lists the mount points of every cgroup hierarchy, read once.

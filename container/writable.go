@@ -14,7 +14,6 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-
 )
 
 // A split image filesystem (KEP-4191, config key container_fs_dir): the image layers

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/log"
 
@@ -36,11 +37,18 @@ func (c podCgroups) removeOrphans(ctx context.Context, known func(id string) boo
 	}
 }
 
-// remove removes the pause task's cgroup once the task is gone: runc does it, unless
-// a crash cut it short. A failure is logged, not returned: a cgroup that cannot go
-// must not make the pod impossible to stop.
+// remove removes the pause task's cgroup once containerd has no task for it: runc
+// does it, unless a crash cut it short. A process still in it is killed first: one
+// nobody will stop, such as the runc init of a pause task's create that finished
+// after containerd gave up on it (containerd killed during RunPodSandbox). A failure
+// is logged, not returned: a cgroup that cannot go must not make the pod impossible
+// to stop.
 func (c podCgroups) remove(ctx context.Context, sb *Sandbox) {
-	if err := cgroup.Remove(c.dir(sb)); err != nil {
+	killed, err := cgroup.Clear(c.dir(sb), 2*time.Second)
+	if killed > 0 {
+		log.G(ctx).WithField("sandbox", sb.ID).WithField("processes", killed).Warn("killed processes left in the cgroup of a pause task containerd does not have")
+	}
+	if err != nil {
 		log.G(ctx).WithError(err).WithField("sandbox", sb.ID).Warn("remove cgroup")
 	}
 }

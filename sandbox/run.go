@@ -178,13 +178,14 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 		// Even a failed ADD may hold an address: DEL releases whatever it got.
 		undo.push(func(ctx context.Context) error { return m.opts.Network.Teardown(ctx, attachment(sb)) })
 	}
+	if taskErr != nil {
+		// A runc create that failed half way may leave the cgroup it made: removed
+		// once the task is deleted (undos run last-pushed first).
+		undo.push(func(ctx context.Context) error { m.cgroups.remove(ctx, sb); return nil })
+	}
 	// A failed create or start may still leave a task (a create cut short by the
 	// deadline): delete whatever containerd has.
 	undo.push(func(ctx context.Context) error { return m.deleteTask(ctx, sb.ID) })
-	if taskErr != nil {
-		// A runc create that failed half way may leave the cgroup it made.
-		undo.push(func(ctx context.Context) error { m.cgroups.remove(ctx, sb); return nil })
-	}
 	if err := errors.Join(taskErr, netErr); err != nil {
 		return err
 	}
