@@ -9,6 +9,7 @@
 package cgroup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -75,12 +76,15 @@ func Remove(dir string) error {
 	return errors.Join(errs...)
 }
 
+// clearWait bounds how long Clear waits for the processes it killed to go.
+const clearWait = 2 * time.Second
+
 // Clear removes the cgroup dir like Remove, after killing (SIGKILL) the processes
-// still in it and waiting up to wait for them to go. It is for the cgroup of a task
-// that containerd has deleted or never recorded: a process left there is one nobody
-// will stop, such as the runc init of a create that finished after containerd gave
-// up on it. killed is how many processes it signalled.
-func Clear(dir string, wait time.Duration) (killed int, err error) {
+// still in it and waiting for them to go. It is for the cgroup of a task that
+// containerd has deleted or never recorded: a process left there is one nobody will
+// stop, such as the runc init of a create that finished after containerd gave up on
+// it. The kill is logged; killed is how many processes it signalled.
+func Clear(ctx context.Context, dir string) (killed int, err error) {
 	if err = Remove(dir); err == nil || !errors.Is(err, errBusy) {
 		return 0, err
 	}
@@ -89,7 +93,10 @@ func Clear(dir string, wait time.Duration) (killed int, err error) {
 			killed++
 		}
 	}
-	for end := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
+	if killed > 0 {
+		log.G(ctx).WithField("cgroup", dir).WithField("processes", killed).Warn("killed processes left in the cgroup of a task containerd does not have")
+	}
+	for end := time.Now().Add(clearWait); ; time.Sleep(20 * time.Millisecond) {
 		if err = Remove(dir); err == nil || time.Now().After(end) {
 			return killed, err
 		}

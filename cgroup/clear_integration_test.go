@@ -3,6 +3,7 @@
 package cgroup
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -50,7 +51,7 @@ func TestClearKillsLeftProcesses(t *testing.T) {
 	require.NotZero(t, joined, "the process joined the cgroup")
 	require.ErrorIs(t, Remove(dir), errBusy)
 
-	killed, err := Clear(dir, 2*time.Second)
+	killed, err := Clear(context.Background(), dir)
 	require.NoError(t, err)
 	require.Equal(t, 1, killed)
 	select {
@@ -62,7 +63,7 @@ func TestClearKillsLeftProcesses(t *testing.T) {
 	for _, p := range made {
 		require.NoDirExists(t, p)
 	}
-	killed, err = Clear(dir, time.Second)
+	killed, err = Clear(context.Background(), dir)
 	require.NoError(t, err, "a cgroup already gone")
 	require.Zero(t, killed)
 }

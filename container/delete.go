@@ -71,11 +71,7 @@ func (d *deleter) containerd(ctx context.Context, c *Container) error {
 	// runc removes the cgroup with the task, unless a crash cut it short; a process
 	// left in it (the runc init of a create that finished after containerd gave up
 	// on it) is killed.
-	killed, err := cgroup.Clear(d.cgroupDir(ctx, c), 2*time.Second)
-	if killed > 0 {
-		log.G(ctx).WithField("container", c.ID).WithField("processes", killed).Warn("killed processes left in the cgroup of a task containerd does not have")
-	}
-	if err != nil {
+	if _, err := cgroup.Clear(ctx, d.cgroupDir(ctx, c)); err != nil {
 		log.G(ctx).WithError(err).WithField("container", c.ID).Warn("remove cgroup")
 	}
 	if c.Snapshotter != "" {

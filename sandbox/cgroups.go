@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/containerd/log"
 
@@ -44,11 +43,7 @@ func (c podCgroups) removeOrphans(ctx context.Context, known func(id string) boo
 // is logged, not returned: a cgroup that cannot go must not make the pod impossible
 // to stop.
 func (c podCgroups) remove(ctx context.Context, sb *Sandbox) {
-	killed, err := cgroup.Clear(c.dir(sb), 2*time.Second)
-	if killed > 0 {
-		log.G(ctx).WithField("sandbox", sb.ID).WithField("processes", killed).Warn("killed processes left in the cgroup of a pause task containerd does not have")
-	}
-	if err != nil {
+	if _, err := cgroup.Clear(ctx, c.dir(sb)); err != nil {
 		log.G(ctx).WithError(err).WithField("sandbox", sb.ID).Warn("remove cgroup")
 	}
 }

@@ -234,15 +234,11 @@ func (sh shims) reapPod(ctx context.Context, sb *Sandbox) {
 			continue
 		}
 		ctx := log.WithLogger(ctx, log.G(ctx).WithField("shim", s.id).WithField("pid", s.pid))
-		err := sh.stop(ctx, s)
-		switch {
-		case err == nil:
+		// stop kills one that does not exit and runs no process (its bundle is gone).
+		if err := sh.stop(ctx, s); err != nil {
+			log.G(ctx).WithError(err).Warn("the pod's shim outlived the pod and could not be stopped; left running")
+		} else {
 			log.G(ctx).Info("stopped the pod's shim, which outlived the pod")
-		case hasChildren(s.pid):
-			log.G(ctx).WithError(err).Warn("the pod's shim outlived the pod and still runs a process; left running")
-		default:
-			log.G(ctx).WithError(err).Warn("the pod's shim outlived the pod and runs no process; killing it")
-			_ = syscall.Kill(s.pid, syscall.SIGKILL)
 		}
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,33 +38,22 @@ func TestPauseProcessWithoutTaskIsKilled(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(data), id, "the pause runs in a cgroup named after the pod")
 
-	shims := shimsOf(id)
+	shims := shimsOf(t, env, id)
 	require.Len(t, shims, 1)
-	shim, err := strconv.Atoi(shims[0])
-	require.NoError(t, err)
+	shim := shims[0]
 	env.Containerd.Kill()
 	require.NoError(t, syscall.Kill(shim, syscall.SIGKILL))
 	bundle := filepath.Join(env.Containerd.State(), "io.containerd.runtime.v2.task", env.Containerd.Namespace(), id)
 	_ = syscall.Unmount(filepath.Join(bundle, "rootfs"), 0)
 	require.NoError(t, os.RemoveAll(bundle))
 	env.Containerd.Restart(t)
-	require.True(t, alive(pause), "the pause outlives its shim and containerd's record of its task")
+	require.True(t, harness.Live(pause), "the pause outlives its shim and containerd's record of its task")
 
 	_, err = rs.StopPodSandbox(ctxT(t, time.Minute), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return !alive(pause) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !harness.Live(pause) }, 10*time.Second, 50*time.Millisecond,
 		"the pause process without a task after StopPodSandbox")
 	_, err = rs.RemovePodSandbox(ctxT(t, time.Minute), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
 	require.NoError(t, err)
 	// The harness's leak check follows: the pod's cgroup must be gone.
-}
-
-// alive tells whether process pid runs (a zombie does not).
-func alive(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
 }

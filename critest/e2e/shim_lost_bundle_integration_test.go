@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,32 +41,22 @@ func TestShimWithLostBundleIsStopped(t *testing.T) {
 	env, _ := imageEnv(t, harness.Options{})
 	pull(t, env, busyboxImage)
 	ns := env.Containerd.Namespace()
-	ctx := namespaces.WithNamespace(context.Background(), ns)
 	var ids []string
 	for i, runcDeleted := range []bool{true, false} {
-		cl := env.Containerd.Client(t)
-		img, err := cl.GetImage(ctx, busyboxImage)
-		require.NoError(t, err)
 		id := fmt.Sprintf("%064x", 0xb0+i)
 		ids = append(ids, id)
-		// The harness's runc root, not the shim's default shared by all daemons.
-		runtime := client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{BinaryName: harness.Tools().Runc, Root: filepath.Join(env.Containerd.Dir(), "runc")})
-		c, err := cl.NewContainer(ctx, id, runtime, client.WithSnapshotter("overlayfs"), client.WithNewSnapshot(id, img),
-			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000")))
-		require.NoError(t, err)
-		_, err = c.NewTask(ctx, cio.NullIO)
-		require.NoError(t, err)
-		require.Len(t, shimsOf(id), 1)
+		createdTask(t, env, id, nil)
+		require.Len(t, shimsOf(t, env, id), 1)
 
 		loseTask(t, env, id, runcDeleted)
-		require.Len(t, shimsOf(id), 1, "the shim outlives containerd's record of its task")
+		require.Len(t, shimsOf(t, env, id), 1, "the shim outlives containerd's record of its task")
 	}
 
 	env.Shimd.Kill9()
 	env.Shimd.Start(t)
 	waitReady(t, env.Shimd.Runtime(t))
 	for _, id := range ids {
-		require.Eventually(t, func() bool { return len(shimsOf(id)) == 0 }, 30*time.Second, 100*time.Millisecond,
+		require.Eventually(t, func() bool { return len(shimsOf(t, env, id)) == 0 }, 30*time.Second, 100*time.Millisecond,
 			"the shim of task %s, whose bundle containerd deleted", id)
 		_, err := os.Stat(filepath.Join(env.Containerd.State(), "io.containerd.runtime.v2.task", ns, id))
 		require.ErrorIs(t, err, os.ErrNotExist, "the bundle made again for the delete is removed")
@@ -107,16 +96,29 @@ func loseTask(t *testing.T, env *harness.Env, id string, runcDeleted bool) {
 	require.NoError(t, c.Delete(ctx, client.WithSnapshotCleanup))
 }
 
-// shimsOf are the pids of the shims started for task id.
-func shimsOf(id string) []string {
-	var pids []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), "containerd-shim") && strings.Contains(string(b), "\x00-id\x00"+id+"\x00") {
-			pids = append(pids, e.Name())
-		}
-	}
+// createdTask creates container id from busybox with annotations and its task,
+// created, not started, in the harness's runc root (not the shim's default, which all
+// daemons share).
+func createdTask(t *testing.T, env *harness.Env, id string, annotations map[string]string) client.Task {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), env.Containerd.Namespace())
+	cl := env.Containerd.Client(t)
+	img, err := cl.GetImage(ctx, busyboxImage)
+	require.NoError(t, err)
+	runtime := client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{BinaryName: harness.Tools().Runc, Root: filepath.Join(env.Containerd.Dir(), "runc")})
+	c, err := cl.NewContainer(ctx, id, runtime, client.WithSnapshotter("overlayfs"), client.WithNewSnapshot(id, img),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000"), oci.WithAnnotations(annotations)))
+	require.NoError(t, err)
+	task, err := c.NewTask(ctx, cio.NullIO)
+	require.NoError(t, err)
+	return task
+}
+
+// shimsOf are the pids of env's shims started for task id.
+func shimsOf(t *testing.T, env *harness.Env, id string) []int {
+	t.Helper()
+	pids, err := harness.ShimPIDsOf(env.Containerd.Address(), id)
+	require.NoError(t, err)
 	return pids
 }
 
@@ -130,40 +132,28 @@ func TestSharedShimWithLostTaskIsStopped(t *testing.T) {
 	requireRoot(t)
 	env, _ := imageEnv(t, harness.Options{})
 	pull(t, env, busyboxImage)
-	ns := env.Containerd.Namespace()
-	ctx := namespaces.WithNamespace(context.Background(), ns)
-	cl := env.Containerd.Client(t)
-	img, err := cl.GetImage(ctx, busyboxImage)
-	require.NoError(t, err)
+	ctx := namespaces.WithNamespace(context.Background(), env.Containerd.Namespace())
 	first, lost, group := fmt.Sprintf("%064x", 0xc0), fmt.Sprintf("%064x", 0xc1), fmt.Sprintf("%064x", 0xc2)
-	runtime := client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{BinaryName: harness.Tools().Runc, Root: filepath.Join(env.Containerd.Dir(), "runc")})
-	var tasks []client.Task
-	for _, id := range []string{first, lost} {
-		c, err := cl.NewContainer(ctx, id, runtime, client.WithSnapshotter("overlayfs"), client.WithNewSnapshot(id, img),
-			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "1000"),
-				oci.WithAnnotations(map[string]string{"io.kubernetes.cri.sandbox-id": group})))
-		require.NoError(t, err)
-		task, err := c.NewTask(ctx, cio.NullIO)
-		require.NoError(t, err)
-		tasks = append(tasks, task)
-	}
-	require.Len(t, shimsOf(first), 1)
-	require.Empty(t, shimsOf(lost), "the second task joined the first one's shim")
+	shared := map[string]string{"io.kubernetes.cri.sandbox-id": group}
+	firstTask := createdTask(t, env, first, shared)
+	createdTask(t, env, lost, shared)
+	require.Len(t, shimsOf(t, env, first), 1)
+	require.Empty(t, shimsOf(t, env, lost), "the second task joined the first one's shim")
 	// The first task goes the normal way, and its bundle, the shim's working
 	// directory, with it; the shim stays for the other task.
-	_, err = tasks[0].Delete(ctx, client.WithProcessKill)
+	_, err := firstTask.Delete(ctx, client.WithProcessKill)
 	require.NoError(t, err)
-	c, err := cl.LoadContainer(ctx, first)
+	c, err := env.Containerd.Client(t).LoadContainer(ctx, first)
 	require.NoError(t, err)
 	require.NoError(t, c.Delete(ctx, client.WithSnapshotCleanup))
-	require.Len(t, shimsOf(first), 1)
+	require.Len(t, shimsOf(t, env, first), 1)
 
 	loseTask(t, env, lost, true)
-	require.Len(t, shimsOf(first), 1, "the shim outlives both tasks")
+	require.Len(t, shimsOf(t, env, first), 1, "the shim outlives both tasks")
 
 	env.Shimd.Kill9()
 	env.Shimd.Start(t)
 	waitReady(t, env.Shimd.Runtime(t))
-	require.Eventually(t, func() bool { return len(shimsOf(first)) == 0 }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return len(shimsOf(t, env, first)) == 0 }, 30*time.Second, 100*time.Millisecond,
 		"the shared shim that holds a lost task and runs no process")
 }

@@ -132,7 +132,12 @@ func processesMatching(markers []string, exclude []int) ([]procInfo, error) {
 // ShimPIDs returns the pids of the containerd shims serving the containerd at address:
 // the processes of a containerd-shim-* binary whose arguments hold "-address address".
 // A shim's parent is not containerd (it daemonizes), so its arguments identify it.
-func ShimPIDs(address string) ([]int, error) {
+func ShimPIDs(address string) ([]int, error) { return shimPIDs(address, "") }
+
+// ShimPIDsOf returns those of ShimPIDs(address) started for task id ("-id id").
+func ShimPIDsOf(address, id string) ([]int, error) { return shimPIDs(address, id) }
+
+func shimPIDs(address, id string) ([]int, error) {
 	procs, err := listProcs()
 	if err != nil {
 		return nil, err
@@ -143,11 +148,14 @@ func ShimPIDs(address string) ([]int, error) {
 		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim-") {
 			continue
 		}
+		flags := map[string]string{}
 		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "-address" && args[i+1] == address {
-				pids = append(pids, p.PID)
-				break
+			if args[i] == "-address" || args[i] == "-id" {
+				flags[args[i]] = args[i+1]
 			}
+		}
+		if flags["-address"] == address && (id == "" || flags["-id"] == id) {
+			pids = append(pids, p.PID)
 		}
 	}
 	sort.Ints(pids)
