@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/ctrd"
@@ -27,7 +28,7 @@ func (s *Manager) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest)
 	if len(req.GetCmd()) == 0 {
 		return nil, invalid("cmd", "is required")
 	}
-	c, err := s.runningContainer(req.GetContainerId())
+	c, err := s.containers.running(req.GetContainerId())
 	if err != nil {
 		return nil, err
 	}
@@ -44,18 +45,6 @@ func (s *Manager) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest)
 	return &runtimeapi.ExecSyncResponse{Stdout: stdout.buf.Bytes(), Stderr: stderr.buf.Bytes(), ExitCode: int32(code)}, nil
 }
 
-// runningContainer finds a container and checks that it runs.
-func (s *Manager) runningContainer(id string) (*Container, error) {
-	c, err := s.containers.get(id)
-	if err != nil {
-		return nil, err
-	}
-	if st := c.Status().State; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
-	}
-	return c, nil
-}
-
 type execRequest struct {
 	cmd            []string
 	tty            bool
@@ -68,25 +57,16 @@ type execRequest struct {
 // is killed and ctx's error returned. Output that a leftover child keeps open is
 // given ioDrainTimeout after the process exits, then cut.
 func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32, error) {
-	cc, task, err := ctrd.LoadTask(ctx, s.opts.Client, c.ID)
-	if cc != nil && errdefs.IsNotFound(err) {
-		return 0, fmt.Errorf("container %s has no task: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
-	}
+	task, pspec, err := execProcess(ctx, s.opts.Client, c, r)
 	if err != nil {
 		return 0, err
 	}
-	spec, err := cc.Spec(ctx)
-	if err != nil {
-		return 0, err
-	}
-	pspec := *spec.Process
-	pspec.Args = r.cmd
-	pspec.Terminal = r.tty
-	pspec.ConsoleSize = nil
 	// The shim holds the process's stdin open until CloseIO: the end of the caller's
-	// stdin is passed on once the process has started (below).
-	stdin, stdinEOF := r.stdin, make(chan struct{})
-	if stdin != nil {
+	// stdin is passed on once the process has started (forwardInput).
+	var stdin interface{ Read([]byte) (int, error) }
+	var stdinEOF chan struct{}
+	if r.stdin != nil {
+		stdinEOF = make(chan struct{})
 		stdin = &eofReader{r: r.stdin, eof: stdinEOF}
 	}
 	opts := []cio.Opt{cio.WithStreams(stdin, r.stdout, r.stderr), cio.WithFIFODir(s.dirs.fifoDir(c.ID))}
@@ -97,21 +77,11 @@ func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	oomsBefore := c.oomCount()
 	// The process outlives a cancelled request only until it is killed below.
 	dctx := context.WithoutCancel(ctx)
-	proc, err := task.Exec(dctx, execID, &pspec, cio.NewCreator(opts...))
+	proc, err := task.Exec(dctx, execID, pspec, cio.NewCreator(opts...))
 	if err != nil {
 		return 0, execError(dctx, task, c, oomsBefore, err)
 	}
-	// Deleting the process waits in the shim for its IO, which a leftover child may
-	// hold for seconds: it is done in the background (bounded), not by the caller.
-	defer func() {
-		go func() {
-			cctx, cancel := context.WithTimeout(dctx, 30*time.Second)
-			defer cancel()
-			if _, err := proc.Delete(cctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				log.G(cctx).WithError(err).WithField("exec", execID).Debug("delete exec process")
-			}
-		}()
-	}()
+	defer deleteExecLater(dctx, proc)
 	exitc, err := proc.Wait(dctx)
 	if err != nil {
 		return 0, execError(dctx, task, c, oomsBefore, err)
@@ -129,24 +99,7 @@ func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32
 	}
 	execDone := make(chan struct{})
 	defer close(execDone)
-	if r.stdin != nil {
-		go func() {
-			select {
-			case <-stdinEOF:
-				if err := proc.CloseIO(dctx, client.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
-					log.G(ctx).WithError(err).WithField("exec", execID).Debug("close exec stdin")
-				}
-			case <-execDone:
-			}
-		}()
-	}
-	if r.resize != nil {
-		go func() {
-			for size := range r.resize {
-				_ = proc.Resize(dctx, uint32(size[0]), uint32(size[1]))
-			}
-		}()
-	}
+	forwardInput(dctx, proc, r.resize, stdinEOF, execDone)
 	select {
 	case st := <-exitc:
 		log.G(ctx).WithField("exec", execID).Debugf("exec exited with %d", st.ExitCode())
@@ -158,6 +111,63 @@ func (s *Manager) exec(ctx context.Context, c *Container, r execRequest) (uint32
 		<-exitc
 		drainIO(proc.IO())
 		return 0, fmt.Errorf("exec %v in container %s: %w", r.cmd, c.ID, ctx.Err())
+	}
+}
+
+// execProcess loads the container's task and makes the process spec of r: the
+// container's own process (user, env, working directory) with r's command.
+func execProcess(ctx context.Context, cl *client.Client, c *Container, r execRequest) (client.Task, *specs.Process, error) {
+	cc, task, err := ctrd.LoadTask(ctx, cl, c.ID)
+	if cc != nil && errdefs.IsNotFound(err) {
+		return nil, nil, fmt.Errorf("container %s has no task: %v: %w", c.ID, err, errdefs.ErrFailedPrecondition)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, err := cc.Spec(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pspec := *spec.Process
+	pspec.Args = r.cmd
+	pspec.Terminal = r.tty
+	pspec.ConsoleSize = nil
+	return task, &pspec, nil
+}
+
+// deleteExecLater deletes an exec process in the background (bounded): the delete
+// waits in the shim for the process's IO, which a leftover child may hold for
+// seconds, and the caller does not wait for that.
+func deleteExecLater(ctx context.Context, proc client.Process) {
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := proc.Delete(cctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			log.G(cctx).WithError(err).WithField("exec", proc.ID()).Debug("delete exec process")
+		}
+	}()
+}
+
+// forwardInput passes a started exec process the end of its stdin (when stdinEOF
+// closes, nil for none) and the terminal's resizes, until done closes.
+func forwardInput(ctx context.Context, proc client.Process, resize <-chan [2]uint16, stdinEOF, done <-chan struct{}) {
+	if stdinEOF != nil {
+		go func() {
+			select {
+			case <-stdinEOF:
+				if err := proc.CloseIO(ctx, client.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
+					log.G(ctx).WithError(err).WithField("exec", proc.ID()).Debug("close exec stdin")
+				}
+			case <-done:
+			}
+		}()
+	}
+	if resize != nil {
+		go func() {
+			for size := range resize {
+				_ = proc.Resize(ctx, uint32(size[0]), uint32(size[1]))
+			}
+		}()
 	}
 }
 

@@ -50,9 +50,6 @@ type NRIGlue struct {
 // NRI is the container manager's NRI glue.
 func (s *Manager) NRI() *NRIGlue { return s.nri }
 
-// SetNRI hands the plugins to the glue; call it once, before serving.
-func (s *Manager) SetNRI(p NRIPlugins) { s.nri.setPlugins(p) }
-
 // NRIPlugins relays to NRI plugins; *nri.NRI implements it. nil: NRI is off.
 type NRIPlugins interface {
 	PodEvent(ctx context.Context, ev api.Event, pod *api.PodSandbox) error
@@ -334,9 +331,9 @@ func (n *NRIGlue) start(ctx context.Context, c *Container) error {
 	return nil
 }
 
-// SetNRI hands the runtime its NRI plugins (made before it, since they call back
-// into it); call it before serving.
-func (n *NRIGlue) setPlugins(p NRIPlugins) { n.plugins = p }
+// SetPlugins hands the glue its NRI plugins (made after the manager, since they call
+// back into it); call it once, before serving.
+func (n *NRIGlue) SetPlugins(p NRIPlugins) { n.plugins = p }
 
 // stopOnce tells whether plugins are yet to hear that pod id stopped (once per
 // pod and shimd run: StopPodSandbox is repeated by the kubelet).

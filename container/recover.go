@@ -91,7 +91,7 @@ func (s *Manager) Recover(ctx context.Context) error {
 		})
 	}
 	_ = g.Wait()
-	s.removeOrphanDirs(ctx)
+	s.dirs.removeOrphans(ctx, s.containers)
 	s.layers.removeOrphans(ctx)
 	s.volumes.sweep(ctx)
 	return nil
@@ -159,6 +159,12 @@ func (s *Manager) adopt(ctx context.Context, c *Container) error {
 		}
 	}
 	os.RemoveAll(filepath.Join(s.dirs.containerDir(c.ID), checkpointWorkDirName))
+	return reattachIO(ctx, cc, c)
+}
+
+// reattachIO gives c's running task its IO again: the FIFOs the shim still holds,
+// copied to c's log.
+func reattachIO(ctx context.Context, cc client.Container, c *Container) error {
 	var logf *logFile
 	if c.LogPath != "" {
 		logf, _ = openLog(c.LogPath)
@@ -166,7 +172,7 @@ func (s *Manager) adopt(ctx context.Context, c *Container) error {
 	// containerd reads the task's state again first: it attaches nothing when it
 	// cannot tell it.
 	attached := false
-	_, err = cc.Task(ctx, func(fifos *cio.FIFOSet) (cio.IO, error) {
+	_, err := cc.Task(ctx, func(fifos *cio.FIFOSet) (cio.IO, error) {
 		attached = true
 		cio, err := attachIO(ctx, fifos, logf)
 		if err != nil {
@@ -213,12 +219,12 @@ func (s *Manager) adoptLater(c *Container) {
 	})
 }
 
-// removeOrphanDirs deletes status and FIFO directories of containers that are gone.
-func (s *Manager) removeOrphanDirs(ctx context.Context) {
-	for _, dir := range []string{filepath.Join(s.opts.RootDir, containerDirName), filepath.Join(s.opts.StateDir, containerFIFODirName)} {
+// removeOrphans deletes status and FIFO directories of containers that are gone.
+func (d dirs) removeOrphans(ctx context.Context, containers *containerStore) {
+	for _, dir := range []string{filepath.Join(d.root, containerDirName), filepath.Join(d.state, containerFIFODirName)} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
-			if _, err := s.containers.get(e.Name()); err == nil {
+			if _, err := containers.get(e.Name()); err == nil {
 				continue
 			}
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/types/known/anypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/shimd/shimd/ctrd"
@@ -45,7 +47,7 @@ func (s *Manager) Start(ctx context.Context, req *runtimeapi.StartContainerReque
 		err = s.startTask(cctx, c, st)
 	}
 	if err != nil {
-		if !s.podReady(c.SandboxID) {
+		if !podReady(s.opts.Pods, c.SandboxID) {
 			// The pod was stopped meanwhile (its namespaces are gone): not a runtime fault.
 			err = fmt.Errorf("sandbox %s stopped while container %s started: %v: %w", c.SandboxID, c.ID, err, errdefs.ErrFailedPrecondition)
 		} else if _, ok := execStartExitCode(err); ok {
@@ -86,31 +88,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 		return err
 	}
 	st.done("load+log")
-	var cio *containerIO
-	var initPid uint32
-	ts := s.ctrd.TaskService()
-	// The log is opened for each try: a failed create closes it with its IO.
-	err = s.gates.creating(ctx, c.SandboxID, func() error {
-		var logf *logFile
-		if c.LogPath != "" {
-			var err error
-			if logf, err = openLog(c.LogPath); err != nil {
-				return err
-			}
-		}
-		cio = nil
-		var err error
-		_, initPid, err = ctrd.NewTaskWithOptions(ctx, ts, c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio), taskOpts)
-		if err != nil {
-			if cio != nil {
-				cio.close()
-			} else if logf != nil {
-				logf.Close()
-			}
-			return fmt.Errorf("create task: %w", err)
-		}
-		return nil
-	})
+	cio, initPid, err := s.createTask(ctx, c, rootfs, taskOpts)
 	if err != nil {
 		return err
 	}
@@ -128,7 +106,7 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	}
 	st.done("task-create")
 	startedAt := time.Now()
-	pid, err := ctrd.StartTask(ctx, ts, c.ID)
+	pid, err := ctrd.StartTask(ctx, s.ctrd.TaskService(), c.ID)
 	if err != nil {
 		if restoreDir != "" {
 			return restoreError(err, criuLogTail(filepath.Join(restoreDir, "restore.log")))
@@ -157,13 +135,43 @@ func (s *Manager) startTask(ctx context.Context, c *Container, st *steps) (retEr
 	})
 }
 
+// createTask creates c's task in its pod's shim, its stdio to c's log, and returns
+// the task's IO and its init's pid. The log is opened for each try of the pod's gate:
+// a failed create closes it with its IO.
+func (s *Manager) createTask(ctx context.Context, c *Container, rootfs []mount.Mount, taskOpts *anypb.Any) (*containerIO, uint32, error) {
+	var cio *containerIO
+	var initPid uint32
+	err := s.gates.creating(ctx, c.SandboxID, func() error {
+		var logf *logFile
+		if c.LogPath != "" {
+			var err error
+			if logf, err = openLog(c.LogPath); err != nil {
+				return err
+			}
+		}
+		cio = nil
+		var err error
+		_, initPid, err = ctrd.NewTaskWithOptions(ctx, s.ctrd.TaskService(), c.ID, rootfs, newIOCreator(ctx, s.dirs.fifoDir(c.ID), c, logf, &cio), taskOpts)
+		if err != nil {
+			if cio != nil {
+				cio.close()
+			} else if logf != nil {
+				logf.Close()
+			}
+			return fmt.Errorf("create task: %w", err)
+		}
+		return nil
+	})
+	return cio, initPid, err
+}
+
 // closeOnce closes c.exited unless it is closed.
 func closeOnce(c *Container) {
 	c.exitedOnce.Do(func() { close(c.exited) })
 }
 
 // podReady reads now whether a pod is READY (the facts of a pod are a snapshot).
-func (s *Manager) podReady(id string) bool {
-	p, err := s.opts.Pods.Pod(id)
+func podReady(pods Pods, id string) bool {
+	p, err := pods.Pod(id)
 	return err == nil && p.State == pod.Ready
 }

@@ -136,3 +136,15 @@ func (s *containerStore) inSandbox(sandboxID string) []*Container {
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
 }
+
+// running finds a container and checks that it runs.
+func (s *containerStore) running(id string) (*Container, error) {
+	c, err := s.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if st := c.Status().State; st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	return c, nil
+}

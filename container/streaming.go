@@ -8,7 +8,7 @@ package container
 // Running returns the full id of a running container, found by id or unique prefix:
 // exec and attach sessions are made for it.
 func (s *Manager) Running(id string) (string, error) {
-	c, err := s.runningContainer(id)
+	c, err := s.containers.running(id)
 	if err != nil {
 		return "", err
 	}

@@ -21,7 +21,7 @@ import (
 // container keeps running. With stdin_once, the first attacher with stdin that
 // detaches (or whose input ends) closes the container's stdin.
 func (b *Streams) Attach(ctx context.Context, id string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan streaming.TerminalSize) error {
-	c, err := b.s.runningContainer(id)
+	c, err := b.s.containers.running(id)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 // client leaving ends ctx, which kills the process. A non-zero exit code reaches the
 // client as a streaming.ExitError.
 func (b *Streams) Exec(ctx context.Context, id string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan streaming.TerminalSize) error {
-	c, err := b.s.runningContainer(id)
+	c, err := b.s.containers.running(id)
 	if err != nil {
 		return err
 	}

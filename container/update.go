@@ -56,7 +56,7 @@ func (s *Manager) updateResources(ctx context.Context, c *Container, res *runtim
 		return fmt.Errorf("container %s is %s: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
 	if st == runtimeapi.ContainerState_CONTAINER_RUNNING {
-		if err := s.checkMemoryLimit(ctx, c, res); err != nil {
+		if err := checkMemoryLimit(ctx, s.opts.Client, c, res); err != nil {
 			return err
 		}
 	}
@@ -79,7 +79,7 @@ func (s *Manager) updateResources(ctx context.Context, c *Container, res *runtim
 		return fmt.Errorf("record resources of %s: %w", c.ID, err)
 	}
 	if st == runtimeapi.ContainerState_CONTAINER_RUNNING {
-		if err := s.updateTask(ctx, c, cc, linux); err != nil {
+		if err := updateTask(ctx, c, cc, linux); err != nil {
 			return err
 		}
 	}
@@ -90,12 +90,12 @@ func (s *Manager) updateResources(ctx context.Context, c *Container, res *runtim
 // checkMemoryLimit refuses, before anything is recorded, a memory limit below what
 // the running container holds and cannot give back (its working set): runc would
 // refuse it.
-func (s *Manager) checkMemoryLimit(ctx context.Context, c *Container, res *runtimeapi.LinuxContainerResources) error {
+func checkMemoryLimit(ctx context.Context, cl *client.Client, c *Container, res *runtimeapi.LinuxContainerResources) error {
 	limit := res.GetMemoryLimitInBytes()
 	if limit <= 0 {
 		return nil
 	}
-	if ws, err := stats.WorkingSet(ctx, s.opts.Client, c.ID); err == nil && ws > uint64(limit) {
+	if ws, err := stats.WorkingSet(ctx, cl, c.ID); err == nil && ws > uint64(limit) {
 		return invalid("linux.memory_limit_in_bytes", "%d is below the container's current memory use of %d bytes", limit, ws)
 	}
 	return nil
@@ -103,7 +103,7 @@ func (s *Manager) checkMemoryLimit(ctx context.Context, c *Container, res *runti
 
 // updateTask applies new limits to a running container's cgroup; a task that ended
 // meanwhile is FailedPrecondition, a memory limit runc refuses InvalidArgument.
-func (s *Manager) updateTask(ctx context.Context, c *Container, cc client.Container, linux *specs.LinuxResources) error {
+func updateTask(ctx context.Context, c *Container, cc client.Container, linux *specs.LinuxResources) error {
 	task, err := cc.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
 		return fmt.Errorf("container %s is no longer running: %w", c.ID, errdefs.ErrFailedPrecondition)
@@ -125,7 +125,7 @@ func (s *Manager) updateTask(ctx context.Context, c *Container, cc client.Contai
 
 // ReopenContainerLog reopens a running container's log after the kubelet rotated it.
 func (s *Manager) ReopenLog(_ context.Context, req *runtimeapi.ReopenContainerLogRequest) (*runtimeapi.ReopenContainerLogResponse, error) {
-	c, err := s.runningContainer(req.GetContainerId())
+	c, err := s.containers.running(req.GetContainerId())
 	if err != nil {
 		return nil, err
 	}

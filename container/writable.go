@@ -33,7 +33,7 @@ import (
 // Lifecycle: the directory is made before the view and the record, and removed after
 // the containerd container is deleted (deleter.delete). Recovery removes
 // every directory of container_fs_dir whose container shimd does not know
-// (removeOrphanDirs): a create or a removal cut short by a crash leaves none behind.
+// (dirs.removeOrphans): a create or a removal cut short by a crash leaves none behind.
 //
 // Pods with a user namespace keep the snapshotter's writable layer (its ID-mapping
 // labels make the layer; see snapshotOpts), on the image filesystem.

@@ -74,30 +74,9 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 	if err != nil {
 		return nil, err
 	}
-	dirOf := map[string]string{}
-	for _, c := range meta.Containers {
-		dirOf[c.Name] = filepath.Join(dir, c.Dir)
-	}
-	seen := map[string]bool{}
-	for i, cfg := range cfgs {
-		name := cfg.GetMetadata().GetName()
-		if seen[name] {
-			return nil, invalid(fmt.Sprintf("container_configs[%d].metadata.name", i), "%s is given twice", quote(name))
-		}
-		seen[name] = true
-		if dirOf[name] == "" {
-			return nil, invalid(fmt.Sprintf("container_configs[%d].metadata.name", i), "the checkpoint has no container %s", quote(name))
-		}
-	}
-	if len(seen) != len(dirOf) {
-		var missing []string
-		for name := range dirOf {
-			if !seen[name] {
-				missing = append(missing, name)
-			}
-		}
-		slices.Sort(missing)
-		return nil, invalid("container_configs", "no config for the checkpoint's containers %s", strings.Join(missing, ", "))
+	dirOf, err := checkpointDirs(cfgs, meta, dir)
+	if err != nil {
+		return nil, err
 	}
 
 	run, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: req.GetConfig(), RuntimeHandler: req.GetRuntimeHandler()})
@@ -128,6 +107,38 @@ func (s *Service) RestorePod(ctx context.Context, req *runtimeapi.RestorePodRequ
 		resp.RestoredContainers = append(resp.RestoredContainers, &runtimeapi.RestoredContainer{Name: name, ContainerId: created.GetContainerId()})
 	}
 	return resp, nil
+}
+
+// checkpointDirs matches the request's container configs with the checkpoint's
+// containers by metadata name, one config for each, and returns each container's
+// directory in the checkpoint dir by name.
+func checkpointDirs(cfgs []*runtimeapi.ContainerConfig, meta *container.PodCheckpoint, dir string) (map[string]string, error) {
+	dirOf := map[string]string{}
+	for _, c := range meta.Containers {
+		dirOf[c.Name] = filepath.Join(dir, c.Dir)
+	}
+	seen := map[string]bool{}
+	for i, cfg := range cfgs {
+		name := cfg.GetMetadata().GetName()
+		if seen[name] {
+			return nil, invalid(fmt.Sprintf("container_configs[%d].metadata.name", i), "%s is given twice", quote(name))
+		}
+		seen[name] = true
+		if dirOf[name] == "" {
+			return nil, invalid(fmt.Sprintf("container_configs[%d].metadata.name", i), "the checkpoint has no container %s", quote(name))
+		}
+	}
+	if len(seen) != len(dirOf) {
+		var missing []string
+		for name := range dirOf {
+			if !seen[name] {
+				missing = append(missing, name)
+			}
+		}
+		slices.Sort(missing)
+		return nil, invalid("container_configs", "no config for the checkpoint's containers %s", strings.Join(missing, ", "))
+	}
+	return dirOf, nil
 }
 
 // validateCheckpointDir accepts an absolute, clean path of an existing directory,

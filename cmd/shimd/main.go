@@ -146,20 +146,8 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	ctx = namespaces.WithNamespace(ctx, cfg.Containerd.Namespace)
 
 	// 1.
-	if err := checkCgroupDriverHost(cfg.CgroupDriver); err != nil {
+	if err := prepareHost(ctx, cfg); err != nil {
 		return err
-	}
-	if cfg.SweepInterval != 0 {
-		log.G(ctx).Warn("config key sweep_interval is no longer used and is ignored: shimd retries each failed cleanup until it succeeds")
-	}
-	dirs := map[string]string{"root_dir": cfg.RootDir, "state_dir": cfg.StateDir, "cni.cache_dir": cfg.CNI.CacheDir}
-	if cfg.ContainerFsDir != "" {
-		dirs["container_fs_dir"] = cfg.ContainerFsDir
-	}
-	for _, k := range sortedKeys(dirs) {
-		if err := os.MkdirAll(dirs[k], 0o711); err != nil {
-			return fmt.Errorf("config key %s: create %s: %w (choose a writable directory)", k, dirs[k], err)
-		}
 	}
 	cl, err := newContainerdClient(cfg.Containerd)
 	if err != nil {
@@ -231,6 +219,26 @@ func serve(ctx context.Context, cfg Config, ready func(time.Duration)) error {
 	return serveUntil(ctx, srv, l, 30*time.Second)
 }
 
+// prepareHost checks the host against the config and makes shimd's directories.
+func prepareHost(ctx context.Context, cfg Config) error {
+	if err := checkCgroupDriverHost(cfg.CgroupDriver); err != nil {
+		return err
+	}
+	if cfg.SweepInterval != 0 {
+		log.G(ctx).Warn("config key sweep_interval is no longer used and is ignored: shimd retries each failed cleanup until it succeeds")
+	}
+	dirs := map[string]string{"root_dir": cfg.RootDir, "state_dir": cfg.StateDir, "cni.cache_dir": cfg.CNI.CacheDir}
+	if cfg.ContainerFsDir != "" {
+		dirs["container_fs_dir"] = cfg.ContainerFsDir
+	}
+	for _, k := range sortedKeys(dirs) {
+		if err := os.MkdirAll(dirs[k], 0o711); err != nil {
+			return fmt.Errorf("config key %s: create %s: %w (choose a writable directory)", k, dirs[k], err)
+		}
+	}
+	return nil
+}
+
 type wiring struct {
 	sandboxes  *sandbox.Manager
 	containers *container.Manager
@@ -253,24 +261,13 @@ var (
 
 // wire builds the services from the config.
 func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, error) {
-	handlerSet := pod.Handlers{ByName: map[string]pod.Handler{}, Default: cfg.DefaultRuntime}
-	snapshotters := map[string]string{"": cfg.Containerd.Snapshotter}
-	var handlers []string
-	featureBins := map[string]string{}
-	for name, rc := range cfg.Runtimes {
-		rt, err := handlerRuntime(cfg, name, rc)
-		if err != nil {
-			return wiring{}, err
-		}
-		handlerSet.ByName[name] = rt
-		snapshotters[name] = rt.Snapshotter
-		featureBins[name] = featuresBinary(rc, rt)
-		handlers = append(handlers, name)
+	hs, err := handlersOf(cfg)
+	if err != nil {
+		return wiring{}, err
 	}
-	sort.Strings(handlers)
-	snapshotters[""] = snapshotters[cfg.DefaultRuntime]
+	handlerSet := hs.set
 	images := image.New(image.Options{
-		Client: cl, Snapshotters: snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath, ContainerFsDir: cfg.ContainerFsDir,
+		Client: cl, Snapshotters: hs.snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath, ContainerFsDir: cfg.ContainerFsDir,
 		NoProgressTimeout: time.Duration(cfg.Registry.PullProgressTimeout), PinnedLabel: pause.PinnedLabel,
 		UnpackLayers: cfg.Registry.UnpackLayers,
 		PullObserver: m.observePull,
@@ -281,7 +278,6 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	if cfg.Sandbox.Image == "" {
 		// The built-in image's files are known here: its pause containers run from
 		// one read-only copy of them instead of a snapshot each.
-		var err error
 		if pauseRootfs, err = pause.WriteRootfs(filepath.Join(cfg.RootDir, "pause-rootfs")); err != nil {
 			return wiring{}, err
 		}
@@ -311,7 +307,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		stopCDI()
 		return wiring{}, err
 	}
-	node := nodeInfo(featureBins)
+	node := nodeInfo(hs.featureBins)
 	node.SELinux = seNode
 	containers = container.New(container.Options{
 		Client: cl, Pods: sandboxes, Handlers: handlerSet, Images: images,
@@ -325,17 +321,61 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 	})
 	rs := runtime.New(runtime.Options{
 		Containerd: cl, Sandboxes: sandboxes, Containers: containers, Stats: collector, Network: cni,
-		Handlers: handlerSet, Node: containers.Node(), HandlerNames: handlers,
+		Handlers: handlerSet, Node: containers.Node(), HandlerNames: hs.names,
 		Version: runtimeVersion(version), ConfigJSON: cfgJSON, PauseImage: pauseRef, CgroupDriver: cfg.CgroupDriver,
 		EventedPLEGStatus: cfg.EventedPLEGStatus,
 	})
-	// One event monitor for all tasks. A pause process's exit makes its sandbox
-	// NOTREADY before the runtime service publishes it; after a resubscription the
-	// sandboxes are re-read first, then the containers, then leftovers are swept and
-	// the leases that could not be deleted while containerd was away are deleted.
+	w := wiring{sandboxes: sandboxes, containers: containers, runtime: rs, images: images, stopCDI: stopCDI, cleanups: cleanups}
+	w.events = eventMonitor(cl, cfg.Containerd.Namespace, w)
+	if plugins != nil {
+		containers.NRI().SetPlugins(plugins)
+		w.nri = plugins
+	}
+	return w, nil
+}
+
+// handlers are the config's runtime handlers and what each needs.
+type handlers struct {
+	set pod.Handlers
+	// snapshotters: each handler's snapshotter by its name; "": the default handler's.
+	snapshotters map[string]string
+	// featureBins: the binary that tells each handler's OCI runtime's features ("": none).
+	featureBins map[string]string
+	names       []string // sorted
+}
+
+// handlersOf reads the runtime handlers of cfg.
+func handlersOf(cfg Config) (handlers, error) {
+	hs := handlers{
+		set:          pod.Handlers{ByName: map[string]pod.Handler{}, Default: cfg.DefaultRuntime},
+		snapshotters: map[string]string{"": cfg.Containerd.Snapshotter},
+		featureBins:  map[string]string{},
+	}
+	for name, rc := range cfg.Runtimes {
+		rt, err := handlerRuntime(cfg, name, rc)
+		if err != nil {
+			return handlers{}, err
+		}
+		hs.set.ByName[name] = rt
+		hs.snapshotters[name] = rt.Snapshotter
+		hs.featureBins[name] = featuresBinary(rc, rt)
+		hs.names = append(hs.names, name)
+	}
+	sort.Strings(hs.names)
+	hs.snapshotters[""] = hs.snapshotters[cfg.DefaultRuntime]
+	return hs, nil
+}
+
+// eventMonitor makes the one event monitor for all tasks. A pause process's exit
+// makes its sandbox NOTREADY before the runtime service publishes it; after a
+// resubscription the sandboxes are re-read first, then the containers, then leftovers
+// are swept and the leases that could not be deleted while containerd was away are
+// deleted.
+func eventMonitor(cl *client.Client, namespace string, w wiring) *taskevents.Monitor {
+	sandboxes, containers, images := w.sandboxes, w.containers, w.images
 	deleteAbandonedLeases := func(ctx context.Context) { image.DeleteAbandonedLeases(ctx, cl.LeasesService()) }
-	events := taskevents.New(taskevents.Options{
-		Events: cl, Namespace: cfg.Containerd.Namespace,
+	return taskevents.New(taskevents.Options{
+		Events: cl, Namespace: namespace,
 		Exit:   []taskevents.ExitHandler{sandboxes.TaskExit, containers.Exits().TaskExit},
 		OOM:    []taskevents.OOMHandler{containers.Exits().TaskOOM},
 		Delete: []taskevents.DeleteHandler{containers.Exits().TaskDelete},
@@ -343,12 +383,6 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		Images: []func(){images.ImagesChanged},
 		Live:   []func(bool){images.EventsLive, containers.Exits().Live},
 	})
-	w := wiring{sandboxes: sandboxes, containers: containers, runtime: rs, images: images, events: events, stopCDI: stopCDI, cleanups: cleanups}
-	if plugins != nil {
-		containers.SetNRI(plugins)
-		w.nri = plugins
-	}
-	return w, nil
 }
 
 // nodeInfo reads what containers' specs depend on about this node and the features
