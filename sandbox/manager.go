@@ -77,6 +77,7 @@ type Manager struct {
 
 	// pauseProcs caches the pause image's process (entrypoint+cmd, env).
 	pauseProcs pauseProcesses
+	tasks      pauseTasks
 	// running holds the sandboxes whose Run is in progress, by id (their records
 	// are "creating" on purpose, or "created" while they are announced); the live
 	// sweep leaves them alone, and TaskExit finds them here until they are listed.
@@ -104,6 +105,7 @@ func NewManager(opts Options) *Manager {
 	return &Manager{opts: opts, store: newStore(), fs: layout{root: opts.RootDir, state: opts.StateDir, sel: opts.Labels},
 		cgroups: podCgroups{driver: opts.CgroupDriver, namespace: opts.Namespace},
 		shims:   shims{client: opts.Client, address: opts.ContainerdAddress, namespace: opts.Namespace},
+		tasks:   pauseTasks{client: opts.Client},
 		records: &storeRecords{store: ctrd.NewSandboxStore(opts.Client)}}
 }
 
@@ -184,7 +186,7 @@ func (m *Manager) PausePID(ctx context.Context, id string) uint32 {
 	if pid := sb.PausePID(); pid != 0 {
 		return pid
 	}
-	pid, _, err := m.readPause(ctx, sb.ID)
+	pid, _, err := m.tasks.read(ctx, sb.ID)
 	if err != nil || pid == 0 {
 		return 0
 	}
@@ -204,7 +206,7 @@ func (m *Manager) recheckPauseLater(sb *Sandbox) {
 		if cur, err := m.store.get(sb.ID); err != nil || cur != sb || sb.State() != pod.Ready || sb.PausePID() != 0 {
 			return nil
 		}
-		pid, running, err := m.readPause(ctx, sb.ID)
+		pid, running, err := m.tasks.read(ctx, sb.ID)
 		if err != nil {
 			return err
 		}

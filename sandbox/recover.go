@@ -94,7 +94,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	g.SetLimit(cleanup.RecoveryReads)
 	for i, sb := range withPause {
 		g.Go(func() error {
-			pids[i], _, errs[i] = m.readPause(ctx, sb.ID)
+			pids[i], _, errs[i] = m.tasks.read(ctx, sb.ID)
 			return nil
 		})
 	}

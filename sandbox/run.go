@@ -10,7 +10,6 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/image-spec/identity"
@@ -171,7 +170,7 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 		tNet = time.Since(t2) // written before the send, read after the receive
 		netc <- err
 	}()
-	pid, tCreate, taskErr := m.startTask(ctx, sb, rt, rootfs)
+	pid, tCreate, taskErr := m.tasks.start(ctx, sb, rt, rootfs)
 	tTask := time.Since(t2)
 	netErr := <-netc
 	if sb.NetNSPath != "" {
@@ -185,7 +184,7 @@ func (m *Manager) run(ctx context.Context, sb *Sandbox, rt pod.Handler) (err err
 	}
 	// A failed create or start may still leave a task (a create cut short by the
 	// deadline): delete whatever containerd has.
-	undo.push(func(ctx context.Context) error { return m.deleteTask(ctx, sb.ID) })
+	undo.push(func(ctx context.Context) error { return m.tasks.delete(ctx, sb.ID) })
 	if err := errors.Join(taskErr, netErr); err != nil {
 		return err
 	}
@@ -340,28 +339,6 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 		return nil, fmt.Errorf("prepare pause snapshot: %w", err)
 	}
 	return rootfs, nil
-}
-
-// startTask creates and starts the pause task; it returns its pid and how long the
-// create took (the shim's start included), for the log. rootfs nil: the task's
-// mounts are read from the snapshotter, unless sb has none (SharedRootfs).
-func (m *Manager) startTask(ctx context.Context, sb *Sandbox, rt pod.Handler, rootfs []mount.Mount) (uint32, time.Duration, error) {
-	t0 := time.Now()
-	if rootfs == nil && !sb.SharedRootfs {
-		var err error
-		if rootfs, err = m.opts.Client.SnapshotService(rt.Snapshotter).Mounts(ctx, sb.ID); err != nil {
-			return 0, 0, fmt.Errorf("pause snapshot mounts: %w", err)
-		}
-	}
-	if _, _, err := ctrd.NewTask(ctx, m.opts.Client.TaskService(), sb.ID, rootfs, cio.NullIO); err != nil {
-		return 0, 0, fmt.Errorf("create pause task: %w", err)
-	}
-	tCreate := time.Since(t0)
-	pid, err := ctrd.StartTask(ctx, m.opts.Client.TaskService(), sb.ID)
-	if err != nil {
-		return 0, tCreate, fmt.Errorf("start pause task: %w", err)
-	}
-	return pid, tCreate, nil
 }
 
 func (m *Manager) setupNetwork(ctx context.Context, sb *Sandbox) error {

@@ -63,7 +63,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 			m.cgroups.remove(ctx, sb)
 		}
 	default:
-		if taskErr = m.deleteTask(ctx, sb.ID); taskErr == nil {
+		if taskErr = m.tasks.delete(ctx, sb.ID); taskErr == nil {
 			m.cgroups.remove(ctx, sb)
 		}
 	}
@@ -86,14 +86,6 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	sb.stopped = true
 	sb.mu.Unlock()
 	log.G(ctx).Info("sandbox stopped")
-	return nil
-}
-
-// deleteTask kills and deletes the pause task; a missing task or container is fine.
-func (m *Manager) deleteTask(ctx context.Context, id string) error {
-	if err := ctrd.KillDeleteTask(ctx, m.opts.Client.TaskService(), id); err != nil {
-		return fmt.Errorf("pause task: %w", err)
-	}
 	return nil
 }
 
@@ -177,7 +169,7 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox) error {
 	var errs []error
 	if sb.Pauseless {
 		// no task
-	} else if err := m.deleteTask(ctx, sb.ID); err != nil {
+	} else if err := m.tasks.delete(ctx, sb.ID); err != nil {
 		errs = append(errs, err)
 	} else {
 		m.cgroups.remove(ctx, sb)

@@ -2,13 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/errdefs"
-
-	"github.com/shimd/shimd/ctrd"
 	"github.com/shimd/shimd/pod"
 )
 
@@ -36,40 +31,9 @@ func (m *Manager) Resync(ctx context.Context) {
 		if sb.Pauseless || sb.State() != pod.Ready {
 			continue // a pause-less pod's State checks its pins itself
 		}
-		// No answer (readPause's error) is not "not running": no state on a guess.
-		if _, running, err := m.readPause(ctx, sb.ID); err == nil && !running {
+		// No answer (pauseTasks.read's error) is not "not running": no state on a guess.
+		if _, running, err := m.tasks.read(ctx, sb.ID); err == nil && !running {
 			sb.setState(pod.NotReady)
 		}
 	}
-}
-
-// readPause reads the sandbox's pause task: its pid while it runs, and whether it
-// runs or may (created, pausing, paused). The error says containerd told nothing of
-// the task: containerd away, or the task's shim did not answer containerd's state
-// call in time (2 s: containerd then answers DeadlineExceeded, or a state of
-// "unknown"). A task containerd does not have is not running, not an error.
-func (m *Manager) readPause(ctx context.Context, id string) (pid uint32, running bool, err error) {
-	_, task, err := ctrd.LoadTask(ctx, m.opts.Client, id)
-	if errdefs.IsNotFound(err) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, err
-	}
-	st, err := task.Status(ctx)
-	if errdefs.IsNotFound(err) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, err
-	}
-	switch st.Status {
-	case client.Running:
-		return task.Pid(), true, nil
-	case client.Created, client.Pausing, client.Paused:
-		return 0, true, nil
-	case client.Stopped:
-		return 0, false, nil
-	}
-	return 0, false, fmt.Errorf("pause task %s: containerd tells its state as %q", id, st.Status)
 }
