@@ -106,9 +106,13 @@ func (s *Service) pull(ctx context.Context, ref Ref, snapshotter string, auth *r
 		locks:       &s.layerLocks,
 		window:      s.unpackWindow(ctx, snapshotter),
 	}
+	wrap := u.wrap
+	if v := s.opts.Verifier; v != nil {
+		wrap = func(h images.Handler) images.Handler { return verifyFirst(v, ref.Name, u.wrap(h)) }
+	}
 	img, err := s.opts.Client.Pull(ctx, ref.Name,
 		client.WithResolver(resolver),
-		client.WithImageHandlerWrapper(u.wrap),
+		client.WithImageHandlerWrapper(wrap),
 		client.WithPlatformMatcher(s.platform),
 		client.WithMaxConcurrentDownloads(8),
 	)

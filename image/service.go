@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/imageverifier"
 	"github.com/containerd/platforms"
 	"golang.org/x/sync/singleflight"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -36,6 +37,8 @@ type Options struct {
 	// snapshotter that can rebase (overlayfs on containerd 2.x); 0 is one per CPU,
 	// 3 to 6; 1 applies each layer on its parent in turn (unpack_parallel.go).
 	UnpackLayers int
+	// Verifier judges each pull's image before it is fetched (verify.go); nil: none.
+	Verifier imageverifier.ImageVerifier
 }
 
 // PullStats describes one finished pull, for metrics.

@@ -182,6 +182,16 @@ type RegistryConfig struct {
 	// snapshotter can rebase (overlayfs on containerd 2.x): 0 is one per CPU, 3 to
 	// 6; 1 applies the layers one by one, each on its parent.
 	UnpackLayers int `toml:"unpack_layers"`
+	// ImageVerifierDir holds the image verifiers: executables run before each pull,
+	// in name order, in containerd's bindir protocol (image/verify.go). The default is
+	// containerd's own directory, so that a node's verifiers judge both runtimes'
+	// pulls; a directory that does not exist allows every pull; "" runs none.
+	ImageVerifierDir string `toml:"image_verifier_dir"`
+	// MaxImageVerifiers is how many of the directory's verifiers run, the first in
+	// name order; -1: all.
+	MaxImageVerifiers int `toml:"max_image_verifiers"`
+	// ImageVerifierTimeout bounds each verifier's run; past it the pull is blocked.
+	ImageVerifierTimeout Duration `toml:"image_verifier_timeout"`
 }
 
 // Duration is a time.Duration written as a string ("5m", "30s") in TOML.
@@ -224,8 +234,12 @@ func DefaultConfig() Config {
 			"runc": {Type: "io.containerd.runc.v2"},
 		},
 		Streaming: StreamingConfig{Address: "127.0.0.1"},
-		Registry:  RegistryConfig{PullProgressTimeout: Duration(5 * time.Minute)},
-		CDI:       CDIConfig{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
+		Registry: RegistryConfig{
+			PullProgressTimeout: Duration(5 * time.Minute),
+			// containerd's defaults (plugins/imageverifier).
+			ImageVerifierDir: "/opt/containerd/image-verifier/bin", MaxImageVerifiers: 10, ImageVerifierTimeout: Duration(10 * time.Second),
+		},
+		CDI: CDIConfig{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
 		NRI: NRIConfig{
 			Enabled: true, SocketPath: "/run/shimd/nri/nri.sock", PluginPath: "/opt/nri/plugins", PluginConfigPath: "/etc/nri/conf.d",
 			PluginRegistrationTimeout: Duration(5 * time.Second), PluginRequestTimeout: Duration(2 * time.Second),

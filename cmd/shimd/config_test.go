@@ -65,6 +65,20 @@ func TestLoadConfig(t *testing.T) {
 			require.Equal(t, 1, c.Registry.UnpackLayers)
 		}},
 		{name: "negative unpack_layers", file: "[registry]\nunpack_layers = -2\n", wantErr: "config key registry.unpack_layers"},
+		{name: "image verifiers at containerd's defaults", file: "", check: func(t *testing.T, c Config) {
+			require.Equal(t, "/opt/containerd/image-verifier/bin", c.Registry.ImageVerifierDir)
+			require.Equal(t, 10, c.Registry.MaxImageVerifiers)
+			require.Equal(t, Duration(10*time.Second), c.Registry.ImageVerifierTimeout)
+		}},
+		{name: "no image verifiers", file: "[registry]\nimage_verifier_dir = \"\"\nmax_image_verifiers = 0\n", check: func(t *testing.T, c Config) {
+			require.Empty(t, c.Registry.ImageVerifierDir)
+		}},
+		{name: "relative image_verifier_dir", file: "[registry]\nimage_verifier_dir = \"verifiers\"\n", wantErr: "config key registry.image_verifier_dir: must be an absolute path"},
+		{name: "zero max_image_verifiers", file: "[registry]\nmax_image_verifiers = 0\n", wantErr: "config key registry.max_image_verifiers"},
+		{name: "all image verifiers", file: "[registry]\nmax_image_verifiers = -1\n", check: func(t *testing.T, c Config) {
+			require.Equal(t, -1, c.Registry.MaxImageVerifiers)
+		}},
+		{name: "zero image_verifier_timeout", file: "[registry]\nimage_verifier_timeout = \"0s\"\n", wantErr: "config key registry.image_verifier_timeout"},
 		{name: "tls cert without key", file: "[streaming]\ntls_cert_file = \"/etc/shimd/cert.pem\"\n", wantErr: "streaming.tls"},
 		{name: "relative tls cert", file: "[streaming]\ntls_cert_file = \"cert.pem\"\ntls_key_file = \"/k.pem\"\n", wantErr: "streaming.tls_cert_file"},
 		{name: "streaming address must be an IP", file: "[streaming]\naddress = \"localhost\"\n", wantErr: "streaming.address"},

@@ -120,6 +120,9 @@ func (c *Config) Validate() error {
 	if c.Registry.PullProgressTimeout <= 0 {
 		return fmt.Errorf("config key registry.pull_progress_timeout: must be positive, got %s", time.Duration(c.Registry.PullProgressTimeout))
 	}
+	if err := c.Registry.validateVerifiers(); err != nil {
+		return err
+	}
 	if c.Streaming.Port < 0 || c.Streaming.Port > 65535 {
 		return fmt.Errorf("config key streaming.port: %d is out of range 0-65535", c.Streaming.Port)
 	}
@@ -214,6 +217,23 @@ func (n *NRIConfig) validate() error {
 		if d <= 0 {
 			return fmt.Errorf("config key %s: must be positive, got %s", k, time.Duration(d))
 		}
+	}
+	return nil
+}
+
+// validateVerifiers checks the image verifier keys.
+func (r RegistryConfig) validateVerifiers() error {
+	if r.ImageVerifierDir == "" {
+		return nil
+	}
+	if !filepath.IsAbs(r.ImageVerifierDir) {
+		return fmt.Errorf("config key registry.image_verifier_dir: must be an absolute path (or \"\" for none), got %q", r.ImageVerifierDir)
+	}
+	if r.MaxImageVerifiers < -1 || r.MaxImageVerifiers == 0 {
+		return fmt.Errorf("config key registry.max_image_verifiers: must be 1 or more, or -1 for all, got %d (set registry.image_verifier_dir = \"\" to run none)", r.MaxImageVerifiers)
+	}
+	if r.ImageVerifierTimeout <= 0 {
+		return fmt.Errorf("config key registry.image_verifier_timeout: must be positive, got %s", time.Duration(r.ImageVerifierTimeout))
 	}
 	return nil
 }

@@ -55,11 +55,15 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		return wiring{}, err
 	}
 	handlerSet := hs.set
+	verifier, err := imageVerifier(cfg.Registry)
+	if err != nil {
+		return wiring{}, err
+	}
 	images := image.New(image.Options{
 		Client: cl, Snapshotters: hs.snapshotters, RegistryConfigPath: cfg.Registry.ConfigPath, ContainerFsDir: cfg.ContainerFsDir,
 		NoProgressTimeout: time.Duration(cfg.Registry.PullProgressTimeout), PinnedLabel: pause.PinnedLabel,
 		UnpackLayers: cfg.Registry.UnpackLayers,
-		PullObserver: m.observePull,
+		PullObserver: m.observePull, Verifier: verifier,
 	})
 	pauseRef, pauseImages := pauseImage(cfg, cl, images)
 	images.Pin(pauseRef)

@@ -107,7 +107,8 @@ func startE2EWith(t *testing.T, gates map[string]bool, opt func(*Options)) *e2e 
 	return startE2EShimd(t, gates, "", opt)
 }
 
-// startE2EShimd is startE2EWith with shimdConfig (TOML keys) added to shimd's config.
+// startE2EShimd is startE2EWith with shimdConfig (TOML keys) added to shimd's config;
+// its [registry] table, if any, gets the test registry's config_path too.
 func startE2EShimd(t *testing.T, gates map[string]bool, shimdConfig string, opt func(*Options)) *e2e {
 	if os.Geteuid() != 0 {
 		t.Skip("the kubelet e2e test needs root")
@@ -121,8 +122,15 @@ func startE2EShimd(t *testing.T, gates map[string]bool, shimdConfig string, opt 
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	hosts := filepath.Join(harness.NewBaseDir(t), "hosts")
 	reg.WriteHermeticHostsDir(t, hosts) // a missing image never falls through to the real registry
+	// The registry keys shimdConfig has go into the one [registry] table.
+	registry := fmt.Sprintf("config_path = %q\n", hosts)
+	if strings.Contains(shimdConfig, "[registry]\n") {
+		shimdConfig = strings.Replace(shimdConfig, "[registry]\n", "[registry]\n"+registry, 1)
+	} else {
+		shimdConfig += "[registry]\n" + registry
+	}
 	env := harness.New(t, harness.Options{
-		Shimd:       harness.ShimdOptions{ExtraConfig: shimdConfig + fmt.Sprintf("[registry]\nconfig_path = %q\n", hosts)},
+		Shimd:       harness.ShimdOptions{ExtraConfig: shimdConfig},
 		LeakTimeout: time.Minute,
 	})
 	s := &e2e{env: env, rt: env.Shimd.Runtime(t)}
