@@ -57,6 +57,8 @@ type Options struct {
 	PauseWhenNeeded bool
 	// MinOOMScoreAdj is shimd's own oom_score_adj; nothing is given less.
 	MinOOMScoreAdj int
+	// Sysctls are the sysctls pods get unless they set them (pod.Sysctls).
+	Sysctls pod.SysctlDefaults
 	// CleanupTimeout bounds undo and teardown work detached from a request.
 	CleanupTimeout time.Duration
 	// Cleanups retries the cleanups that failed (package cleanup); nil: none is

@@ -87,7 +87,7 @@ func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt pod.Handler)
 	spec, err := PauseSpec(PauseSpecInput{
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: []string{"/pause"},
 		NetNSPath: sb.NetNSPath, CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
-		ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
+		ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel, Sysctls: pod.Sysctls(sb.Config, m.opts.Sysctls),
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox spec: %w", err)
@@ -103,16 +103,10 @@ func (m *Manager) createRecord(ctx context.Context, sb *Sandbox, rt pod.Handler)
 	return nil
 }
 
-// createPins makes a pause-less pod's namespaces (see network.Pin).
-func (l layout) createPins(sb *Sandbox) error {
-	req := network.PinRequest{NetNS: sb.NetNSPath, IPCNS: sb.IPCNSPath, UTSNS: sb.UTSNSPath, Hostname: sb.Config.GetHostname()}
-	if s := sb.Config.GetLinux().GetSysctls(); len(s) > 0 {
-		req.Sysctls = map[string]string{}
-		for k, v := range s {
-			req.Sysctls[pod.NormalizeSysctlName(k)] = v
-		}
-	}
-	return network.Pin(req)
+// createPins makes a pause-less pod's namespaces (see network.Pin), with the pod's
+// sysctls (pod.Sysctls).
+func (l layout) createPins(sb *Sandbox, sysctls map[string]string) error {
+	return network.Pin(network.PinRequest{NetNS: sb.NetNSPath, IPCNS: sb.IPCNSPath, UTSNS: sb.UTSNSPath, Hostname: sb.Config.GetHostname(), Sysctls: sysctls})
 }
 
 // removePins unpins a pause-less pod's IPC and UTS namespaces; missing ones are fine.

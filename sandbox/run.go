@@ -233,7 +233,7 @@ func (m *Manager) runPauseless(ctx context.Context, sb *Sandbox, rt pod.Handler,
 		return err
 	}
 	undo.push(func(context.Context) error { undoFiles(); return nil })
-	if err := m.fs.createPins(sb); err != nil {
+	if err := m.fs.createPins(sb, pod.Sysctls(sb.Config, m.opts.Sysctls)); err != nil {
 		return err
 	}
 	undo.push(func(context.Context) error { return m.fs.removeNamespaces(sb) })
@@ -283,6 +283,7 @@ func (m *Manager) createPauseContainer(ctx context.Context, sb *Sandbox, rt pod.
 		ID: sb.ID, Namespace: m.opts.Namespace, Config: sb.Config, ImageArgs: info.args, ImageEnv: info.env,
 		NetNSPath: sb.NetNSPath, UsernsPath: m.fs.usernsPath(sb), CgroupDriver: m.opts.CgroupDriver, MinOOMScoreAdj: m.opts.MinOOMScoreAdj,
 		ImageName: img.Name(), ProcessLabel: sb.ProcessLabel, MountLabel: sb.MountLabel,
+		Sysctls: pod.Sysctls(sb.Config, m.opts.Sysctls),
 	}
 	if sb.SharedRootfs {
 		in.RootPath = m.opts.PauseRootfs

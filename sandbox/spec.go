@@ -52,6 +52,8 @@ type PauseSpecInput struct {
 	// ProcessLabel and MountLabel are the pod's SELinux labels ("" = none). A
 	// privileged pod's pause process runs without a label, as with containerd.
 	ProcessLabel, MountLabel string
+	// Sysctls are the pod's sysctls (pod.Sysctls: its config's and the defaults).
+	Sysctls map[string]string
 }
 
 func pauseAnnotations(in PauseSpecInput) map[string]string {
@@ -109,8 +111,8 @@ func PauseSpec(in PauseSpecInput) (*specs.Spec, error) {
 	if nsOpts.GetIpc() == runtimeapi.NamespaceMode_NODE {
 		opts = append(opts, oci.WithHostNamespace(specs.IPCNamespace))
 	}
-	if sysctls := cfg.GetLinux().GetSysctls(); len(sysctls) > 0 {
-		opts = append(opts, withSysctls(sysctls))
+	if len(in.Sysctls) > 0 {
+		opts = append(opts, withSysctls(in.Sysctls))
 	}
 	if uid := sc.GetRunAsUser(); uid != nil {
 		gid := uint32(0)

@@ -116,10 +116,10 @@ func TestPauseSpec(t *testing.T) {
 		}, check: func(t *testing.T, s *specs.Spec) {
 			require.Equal(t, "kubepods-besteffort-podu.slice:shimd:abc", s.Linux.CgroupsPath)
 		}},
-		{name: "sysctls", mutate: func(c *runtimeapi.PodSandboxConfig, _ *PauseSpecInput) {
-			c.Linux.Sysctls = map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"}
+		{name: "sysctls", mutate: func(c *runtimeapi.PodSandboxConfig, in *PauseSpecInput) {
+			in.Sysctls = map[string]string{"net.ipv4.ip_unprivileged_port_start": "0", "kernel.shm_rmid_forced": "1"}
 		}, check: func(t *testing.T, s *specs.Spec) {
-			require.Equal(t, "0", s.Linux.Sysctl["net.ipv4.ip_unprivileged_port_start"])
+			require.Equal(t, map[string]string{"net.ipv4.ip_unprivileged_port_start": "0", "kernel.shm_rmid_forced": "1"}, s.Linux.Sysctl)
 		}},
 		{name: "run as user, group and supplemental groups", mutate: func(c *runtimeapi.PodSandboxConfig, _ *PauseSpecInput) {
 			c.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: 1000}

@@ -58,6 +58,14 @@ type Config struct {
 	// manifests such as flannel's DaemonSet rely on it). docs/operating.md,
 	// "hostPath volumes".
 	RejectAbsentMountSources bool `toml:"reject_absent_mount_sources"`
+	// EnableUnprivilegedPorts sets net.ipv4.ip_unprivileged_port_start = 0 in every
+	// pod with a network namespace of its own that does not set it, so that non-root
+	// processes may listen on ports below 1024; EnableUnprivilegedICMP sets
+	// net.ipv4.ping_group_range = "0 2147483647" likewise (not in pods with a user
+	// namespace), so that any user may ping. Both on by default, as containerd 2.x's
+	// keys of the same names (docs/operating.md, "Sysctls").
+	EnableUnprivilegedPorts bool `toml:"enable_unprivileged_ports"`
+	EnableUnprivilegedICMP  bool `toml:"enable_unprivileged_icmp"`
 
 	Containerd ContainerdConfig         `toml:"containerd"`
 	CNI        CNIConfig                `toml:"cni"`
@@ -219,6 +227,8 @@ func DefaultConfig() Config {
 		LogLevel:       "info",
 		CgroupDriver:   "cgroupfs",
 		DefaultRuntime: "runc",
+		// containerd 2.x's defaults.
+		EnableUnprivilegedPorts: true, EnableUnprivilegedICMP: true,
 		Containerd: ContainerdConfig{
 			Address:     "/run/containerd/containerd.sock",
 			Namespace:   "shimd",

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cap"
 	"github.com/containerd/log"
+	"github.com/moby/sys/userns"
 
 	"github.com/shimd/shimd/cleanup"
 	"github.com/shimd/shimd/container"
@@ -85,6 +86,8 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, CgroupDriver: cfg.CgroupDriver, Handlers: handlerSet,
 		Network: cni, PauseImage: pauseImages, PauseImageRef: pauseRef, PauseWhenNeeded: cfg.Sandbox.Pause == "when-needed",
 		PauseRootfs: pauseRootfs, MinOOMScoreAdj: minOOM, Cleanups: cleanups, Labels: labels,
+		Sysctls: pod.SysctlDefaults{UnprivilegedPorts: cfg.EnableUnprivilegedPorts, UnprivilegedICMP: cfg.EnableUnprivilegedICMP,
+			InUserNS: userns.RunningInUserNS()},
 	})
 	cfgJSON, err := cfg.JSON()
 	if err != nil {
