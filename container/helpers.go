@@ -34,6 +34,7 @@ func (s *Manager) loadSpecFiles(_ context.Context, c *Container, in *spec.Input)
 		return err
 	}
 	in.DeviceNodes = devs
+	in.DeviceOwnershipFromSecurityContext = s.opts.DeviceOwnershipFromSecurityContext
 	if sc.GetPrivileged() {
 		devs, err := oci.HostDevices()
 		if err != nil {

@@ -95,6 +95,9 @@ type Options struct {
 	// (NotFound) instead of creating it as a directory (config key
 	// reject_absent_mount_sources; create_checks.go).
 	RejectAbsentMountSources bool
+	// DeviceOwnershipFromSecurityContext gives a container's devices its run_as_user
+	// and run_as_group (config key device_ownership_from_security_context).
+	DeviceOwnershipFromSecurityContext bool
 }
 
 // SELinuxNode is the node's SELinux as shimd uses it (Status's "selinux" entry).

@@ -19,12 +19,26 @@ import (
 )
 
 // deviceOpts adds the config's devices to the container and allows them in the device
-// cgroup with their permissions. The nodes come from Input.DeviceNodes.
+// cgroup with their permissions. The nodes come from Input.DeviceNodes; with
+// Input.DeviceOwnershipFromSecurityContext they belong to the container's
+// run_as_user and run_as_group where those are not 0, as containerd and CRI-O do
+// with device_ownership_from_security_context, so that a non-root container may open
+// a device only root may open on the host.
 func deviceOpts(in Input) ([]oci.SpecOpts, error) {
 	var (
 		devices []specs.LinuxDevice
 		rules   []specs.LinuxDeviceCgroup
 	)
+	var owner, group *uint32
+	if in.DeviceOwnershipFromSecurityContext {
+		sc := in.Config.GetLinux().GetSecurityContext()
+		if uid := sc.GetRunAsUser().GetValue(); uid != 0 {
+			owner = ptrTo(uint32(uid))
+		}
+		if gid := sc.GetRunAsGroup().GetValue(); gid != 0 {
+			group = ptrTo(uint32(gid))
+		}
+	}
 	for i, d := range in.Config.GetDevices() {
 		field := fmt.Sprintf("config.devices[%d]", i)
 		host, ctr := d.GetHostPath(), d.GetContainerPath()
@@ -47,6 +61,12 @@ func deviceOpts(in Input) ([]oci.SpecOpts, error) {
 				return nil, invalid(field+".host_path", "device node %q is not under %q", n.Path, host)
 			}
 			n.Path = path.Join(ctr, rel)
+			if owner != nil {
+				n.UID = owner
+			}
+			if group != nil {
+				n.GID = group
+			}
 			devices = append(devices, n)
 			major, minor := n.Major, n.Minor
 			rules = append(rules, specs.LinuxDeviceCgroup{
@@ -62,6 +82,8 @@ func deviceOpts(in Input) ([]oci.SpecOpts, error) {
 		s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, rules...)
 	})}, nil
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // validDeviceAccess accepts a non-empty subset of "rwm", each letter once (as CRI-O).
 func validDeviceAccess(p string) bool {

@@ -69,6 +69,36 @@ func TestContainerDevices(t *testing.T) {
 			wantErr: errdefs.ErrInvalidArgument},
 		{name: "repeated permission", mutate: withDevice("/dev/null", "/dev/null", "rr", charDev("/dev/null", 1, 3)),
 			wantErr: errdefs.ErrInvalidArgument},
+		{name: "owners from the security context", mutate: func(in *Input) {
+			owned := charDev("/dev/loop-control", 10, 237)
+			owned.UID, owned.GID = ptr(uint32(0)), ptr(uint32(6))
+			withDevice("/dev/loop-control", "/dev/lc", "rw", owned)(in)
+			in.DeviceOwnershipFromSecurityContext = true
+			in.Config.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: 1000}
+			in.Config.Linux.SecurityContext.RunAsGroup = &runtimeapi.Int64Value{Value: 2000}
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, uint32(1000), *s.Linux.Devices[0].UID)
+			require.Equal(t, uint32(2000), *s.Linux.Devices[0].GID)
+		}},
+		{name: "owners from the security context: run_as_user only, the group stays", mutate: func(in *Input) {
+			owned := charDev("/dev/loop-control", 10, 237)
+			owned.UID, owned.GID = ptr(uint32(0)), ptr(uint32(6))
+			withDevice("/dev/loop-control", "/dev/lc", "rw", owned)(in)
+			in.DeviceOwnershipFromSecurityContext = true
+			in.Config.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: 1000}
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, uint32(1000), *s.Linux.Devices[0].UID)
+			require.Equal(t, uint32(6), *s.Linux.Devices[0].GID)
+		}},
+		{name: "owners from the host without the option", mutate: func(in *Input) {
+			owned := charDev("/dev/loop-control", 10, 237)
+			owned.UID, owned.GID = ptr(uint32(0)), ptr(uint32(6))
+			withDevice("/dev/loop-control", "/dev/lc", "rw", owned)(in)
+			in.Config.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: 1000}
+		}, check: func(t *testing.T, s *specs.Spec) {
+			require.Equal(t, uint32(0), *s.Linux.Devices[0].UID)
+			require.Equal(t, uint32(6), *s.Linux.Devices[0].GID)
+		}},
 	})
 }
 

@@ -115,6 +115,9 @@ type Input struct {
 	// the host, with their host paths (a directory maps to every node under it); see
 	// ReadDevices.
 	DeviceNodes map[string][]specs.LinuxDevice
+	// DeviceOwnershipFromSecurityContext: the config's devices belong to its
+	// run_as_user and run_as_group (where not 0), not to their host owners.
+	DeviceOwnershipFromSecurityContext bool
 
 	// Features of the node and of the OCI runtime in use.
 	RecursiveReadOnlyMounts bool // the runtime supports "rro" mounts

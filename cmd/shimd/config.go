@@ -66,6 +66,12 @@ type Config struct {
 	// keys of the same names (docs/operating.md, "Sysctls").
 	EnableUnprivilegedPorts bool `toml:"enable_unprivileged_ports"`
 	EnableUnprivilegedICMP  bool `toml:"enable_unprivileged_icmp"`
+	// DeviceOwnershipFromSecurityContext makes the devices a container asks for
+	// belong to its run_as_user and run_as_group (where they are not 0) instead of
+	// their owners on the host, as containerd's and CRI-O's key of the same name:
+	// a non-root container may then open a device only root may open on the node.
+	// Off by default, as theirs.
+	DeviceOwnershipFromSecurityContext bool `toml:"device_ownership_from_security_context"`
 
 	Containerd ContainerdConfig         `toml:"containerd"`
 	CNI        CNIConfig                `toml:"cni"`

@@ -110,7 +110,7 @@ func wire(cfg Config, cl *client.Client, cni *network.CNI, m *metrics) (wiring, 
 		RootDir: cfg.RootDir, StateDir: cfg.StateDir, MinOOMScoreAdj: minOOM, CDI: cdiRegistry,
 		Namespace: cfg.Containerd.Namespace, Node: node, CgroupDriver: cfg.CgroupDriver,
 		Cleanups: cleanups, ContainerFsDir: cfg.ContainerFsDir, Labels: labels,
-		RejectAbsentMountSources: cfg.RejectAbsentMountSources,
+		RejectAbsentMountSources: cfg.RejectAbsentMountSources, DeviceOwnershipFromSecurityContext: cfg.DeviceOwnershipFromSecurityContext,
 	})
 	collector := stats.New(stats.Options{
 		Client: cl, Containers: containers, Images: images, Handlers: handlerSet, CgroupDriver: cfg.CgroupDriver,
