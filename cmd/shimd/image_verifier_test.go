@@ -53,6 +53,14 @@ func TestImageVerifierFromConfig(t *testing.T) {
 	require.ErrorContains(t, err, "failed to call verifier 30-slow")
 	require.ErrorContains(t, err, "signal: killed")
 
+	// A file that is not executable blocks every pull, as in containerd.
+	other := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(other, "README"), []byte("verifiers\n"), 0o644))
+	v2, err := imageVerifier(RegistryConfig{ImageVerifierDir: other, MaxImageVerifiers: 10, ImageVerifierTimeout: Duration(time.Second)})
+	require.NoError(t, err)
+	_, err = v2.VerifyImage(ctx, "registry.example/app:1", desc)
+	require.ErrorContains(t, err, "failed to call verifier README")
+
 	// Only the first two run: the slow one does not.
 	v, err = imageVerifier(RegistryConfig{ImageVerifierDir: dir, MaxImageVerifiers: 2, ImageVerifierTimeout: Duration(time.Second)})
 	require.NoError(t, err)
